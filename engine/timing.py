@@ -1,0 +1,118 @@
+"""Paired timing: baseline and candidate alternate in one process, trial by trial.
+
+Each trial draws fresh inputs, warms both up, then times `repeats` calls of each with
+the L2 cache flushed before every call (a write of a buffer larger than L2), on device
+events (GPU) or the host clock (CPU). A trial's figure is the median of its calls; the
+result is the median over trials, with the spread (max - min) / median. The order of
+the two alternates between trials so neither always runs on a warmer chip.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+
+L2_FLUSH_BYTES = 256 << 20  # > 60 MB L2 of an H100/H200, with room for larger parts
+
+
+@dataclass
+class SideTiming:
+    median_ms: float
+    spread: float  # (max - min) / median over trials
+    trial_ms: list[float] = field(default_factory=list)
+
+
+@dataclass
+class PairedTiming:
+    baseline: SideTiming
+    candidate: SideTiming
+    speedup: float  # baseline / candidate
+    trials: int
+    repeats: int
+    timer: str  # "cuda_event" or "perf_counter"
+    flush_l2: bool
+
+    @property
+    def noise(self) -> float:
+        """The larger spread of the two: a speedup within 1 +- noise is not a difference."""
+        return max(self.baseline.spread, self.candidate.spread)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PairedTiming":
+        return cls(**{**d, "baseline": SideTiming(**d["baseline"]), "candidate": SideTiming(**d["candidate"])})
+
+
+class Timer:
+    """Times one call with the L2 flushed first; `cuda_event` on a GPU, else the host clock."""
+
+    def __init__(self, device: str, flush_l2: bool = True):
+        self.cuda = device.startswith("cuda")
+        self.flush_l2 = flush_l2 and self.cuda
+        self.name = "cuda_event" if self.cuda else "perf_counter"
+        self._flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device) if self.flush_l2 else None
+
+    def __call__(self, fn: Callable[[], Any]) -> float:
+        if self._flush is not None:
+            self._flush.zero_()
+        if self.cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+
+
+def _side(trial_ms: list[float]) -> SideTiming:
+    med = statistics.median(trial_ms)
+    spread = (max(trial_ms) - min(trial_ms)) / med if med > 0 else 0.0
+    return SideTiming(median_ms=med, spread=spread, trial_ms=trial_ms)
+
+
+def paired_timing(baseline: Callable[[Any], Any], candidate: Callable[[Any], Any],
+                  make_inputs: Callable[[int], Any], *, device: str, trials: int = 5,
+                  warmup: int = 3, repeats: int = 10, flush_l2: bool = True,
+                  progress: Callable[[int, int, str], None] | None = None,
+                  keep_last: Callable[[Any, Any], None] | None = None) -> PairedTiming:
+    """Time `candidate(inputs)` against `baseline(inputs)`. `make_inputs(trial)` returns
+    fresh inputs; `keep_last(inputs, output)` receives the candidate's last timed output
+    (for the post-timing check)."""
+    timer = Timer(device, flush_l2)
+    times: dict[str, list[float]] = {"baseline": [], "candidate": []}
+    fns = {"baseline": baseline, "candidate": candidate}
+    for trial in range(trials):
+        if progress:
+            progress(trial, trials, f"trial {trial + 1}/{trials}")
+        x = make_inputs(trial)
+        order = ("baseline", "candidate") if trial % 2 == 0 else ("candidate", "baseline")
+        for side in order:
+            fn = fns[side]
+            for _ in range(warmup):
+                fn(x)
+            out = None
+
+            def call():
+                nonlocal out
+                out = fn(x)
+
+            samples = [timer(call) for _ in range(repeats)]
+            times[side].append(statistics.median(samples))
+            if side == "candidate" and keep_last is not None and trial == trials - 1:
+                keep_last(x, out)
+        del x
+    if progress:
+        progress(trials, trials, "timed")
+    b, c = _side(times["baseline"]), _side(times["candidate"])
+    return PairedTiming(baseline=b, candidate=c, speedup=b.median_ms / c.median_ms if c.median_ms > 0 else 0.0,
+                        trials=trials, repeats=repeats, timer=timer.name, flush_l2=timer.flush_l2)

@@ -1,0 +1,238 @@
+"""KDA forward, fused family: one launch.
+
+Each program owns one (batch, head, V-block) and walks the chunks of the sequence in
+order. For every chunk it computes the chunk-local terms inline (L2 norms, gate, beta,
+cumulative decay, A, the triangular inverse, W, U, M; KDA.md §3) and then advances the
+state it carries in registers:
+
+    X  = U - W S                       (C x BV, the effective updates)
+    O  = Q~ S + M X                    (Q~ = scale * q^ * exp(G))
+    S' = diag(exp(G_last)) S + K~^T X  (K~ = k^ * exp(G_last - G))
+
+Numerics (KDA.md §4): a chunk of C tokens is cut into sub-blocks of 16. Every pair
+(row block I, column j <= end of I) is anchored at the start of block I, so that
+exp(G_i - G_j) = exp(G_i - c_I) * exp(c_I - G_j) with both exponents at most 16 decay
+steps (<= 80 nats at lower_bound -5) above zero: no overflow, no 0 * inf. The inverse
+(I + A)^-1 is built from the 16x16 diagonal blocks (forward substitution or doubling)
+and a block-Neumann series for the rest (the block-strict part is nilpotent).
+
+Self-contained: copied alone into a folder as `kernel.py`, it runs. Every tunable is in
+PARAMS / CONFIG below; a variant of this family is this file with another CONFIG.
+"""
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# Allowed values of every tunable. The search instantiates variants by rewriting CONFIG.
+PARAMS = {
+    "CHUNK": (16, 32, 64),  # tokens per chunk (sub-blocks of 16 inside)
+    "BV": (16, 32, 64, 128),  # V columns per program (more programs vs more repeated work)
+    "num_warps": (2, 4, 8),
+    "num_stages": (1, 2, 3),  # software pipelining depth of the chunk loop
+    "INV": ("subst", "doubling"),  # 16x16 inverse: forward substitution, or (I+X)(I+X^2)...
+    "STATE_DOT": ("bf16", "tf32"),  # operands of the state products W S, Q~ S, K~^T X, M X
+    "SOLVE_DOT": ("tf32", "tf32x3", "ieee"),  # precision of the A/M and inverse products
+}
+CONFIG = dict(CHUNK=32, BV=32, num_warps=4, num_stages=1, INV="subst", STATE_DOT="bf16", SOLVE_DOT="tf32")
+
+FAMILY = "fused"
+LOG2E = 1.4426950408889634
+
+# dot modes: 0 fp32 operands (tf32 on GPU), 1 bf16 operands, 2 bf16 rounding emulated in
+# fp32 (the Triton interpreter cannot multiply bf16), 3 ieee fp32, 4 tf32x3
+_MODES = {"tf32": 0, "bf16": 1, "ieee": 3, "tf32x3": 4}
+
+
+@triton.jit
+def _dot(a, b, MODE: tl.constexpr):
+    if MODE == 1:
+        r = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    elif MODE == 2:
+        r = tl.dot(a.to(tl.bfloat16).to(tl.float32), b.to(tl.bfloat16).to(tl.float32))
+    elif MODE == 3:
+        r = tl.dot(a, b, input_precision="ieee")
+    elif MODE == 4:
+        r = tl.dot(a, b, input_precision="tf32x3")
+    else:
+        r = tl.dot(a, b)
+    return r
+
+
+@triton.jit
+def _chunk_terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, dtb, scale, lb2,
+                 C: tl.constexpr, NS: tl.constexpr, LOG2NS: tl.constexpr, K: tl.constexpr,
+                 BV: tl.constexpr, INV_DOUBLING: tl.constexpr, SOLVE: tl.constexpr):
+    """The chunk-local terms of one chunk: W [C,K], U [C,BV], Q~ [C,K], K~ [C,K], M [C,C],
+    exp(G_last) [K]. Pointers are at (b, t=0, h); strides are per token. Only 2-D tiles:
+    batched (3-D) dots replicate work across warps when the batch is small."""
+    rows = t0 + tl.arange(0, C)
+    valid = rows < T
+    m2 = valid[:, None]
+    dk = tl.arange(0, K)
+    dv = tl.arange(0, BV)
+    off = rows[:, None] * s_qk + dk[None, :]
+    q = tl.load(q_ptr + off, mask=m2, other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + off, mask=m2, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + off, mask=m2, other=0.0).to(tl.float32)
+    braw = tl.load(b_ptr + rows * s_b, mask=valid, other=0.0).to(tl.float32)
+    beta = tl.where(valid, tl.sigmoid(braw), 0.0)
+    qn = q / tl.sqrt(tl.sum(q * q, axis=1) + 1e-6)[:, None]
+    kn = k / tl.sqrt(tl.sum(k * k, axis=1) + 1e-6)[:, None]
+    # log2 decay per token and channel, zero on padding rows so G stays flat past T
+    a2 = tl.where(m2, lb2 * tl.sigmoid(alog_exp * (g + dtb[None, :])), 0.0)
+    G = tl.cumsum(a2, axis=0)  # [C,K], inclusive, non-increasing
+    Glast = tl.sum(a2, axis=0)  # [K]
+    ii = tl.arange(0, C)
+    blk = ii // 16
+
+    # A and M, anchored at c_I, the decay at the start of row block I (sub-blocks of 16):
+    #   left  k_i * exp(G_i - c_I)                   (<= 1)
+    #   right k_j * exp(c_I - G_j) for j < 16(I+1)   (<= exp(16 steps) inside block I, <= 1 before)
+    cstart = tl.zeros((C, K), tl.float32)
+    for I in tl.static_range(1, NS):
+        c_I = tl.sum(tl.where((ii < 16 * I)[:, None], a2, 0.0), axis=0)
+        cstart = tl.where((blk == I)[:, None], c_I[None, :], cstart)
+    eq = tl.exp2(G - cstart)
+    kl = kn * eq
+    ql = qn * eq
+    A = tl.zeros((C, C), tl.float32)
+    M = tl.zeros((C, C), tl.float32)
+    for I in tl.static_range(NS):
+        c_I = tl.sum(tl.where((ii < 16 * I)[:, None], a2, 0.0), axis=0)
+        kr = kn * tl.exp2(tl.where((ii < 16 * (I + 1))[:, None], c_I[None, :] - G, float("-inf")))
+        if NS == 1:
+            A += _dot(kl, tl.trans(kr), SOLVE)
+            M += _dot(ql, tl.trans(kr), SOLVE)
+        else:
+            sel = (blk == I)[:, None]
+            A += _dot(tl.where(sel, kl, 0.0), tl.trans(kr), SOLVE)
+            M += _dot(tl.where(sel, ql, 0.0), tl.trans(kr), SOLVE)
+    A = tl.where(ii[:, None] > ii[None, :], A, 0.0) * beta[:, None]
+    M = tl.where(ii[:, None] >= ii[None, :], M, 0.0) * scale
+
+    # D = inverse of the 16x16 diagonal blocks of I + A (block diagonal, [C,C])
+    same = blk[:, None] == blk[None, :]
+    eye = (ii[:, None] == ii[None, :]).to(tl.float32)
+    if INV_DOUBLING:
+        # (I + A_d)^-1 = (I - A_d)(I + A_d^2)(I + A_d^4)(I + A_d^8): A_d is nilpotent of index 16
+        P = -tl.where(same, A, 0.0)
+        D = eye + P
+        for _s in tl.static_range(3):
+            P = _dot(P, P, SOLVE)
+            D = D + _dot(D, P, SOLVE)
+    elif NS == 1:
+        D = eye
+        for i in tl.static_range(1, 16):
+            row = (ii == i)[:, None]
+            a_i = tl.sum(tl.where(row, A, 0.0), axis=0)  # row i of A, along columns
+            D = tl.where(row, D - tl.sum(a_i[:, None] * D, axis=0)[None, :], D)
+    else:
+        # forward substitution on all diagonal blocks at once, as [NS,16,16]
+        bi = tl.arange(0, NS)
+        r16 = tl.arange(0, 16)
+        Ad = tl.sum(tl.where((bi[:, None, None, None] == bi[None, None, :, None]),
+                             tl.reshape(A, (NS, 16, NS, 16)), 0.0), axis=2)
+        D3 = tl.zeros((NS, 16, 16), tl.float32) + (r16[:, None] == r16[None, :]).to(tl.float32)[None, :, :]
+        for i in tl.static_range(1, 16):
+            row = (r16 == i)[None, :, None]
+            a_i = tl.sum(tl.where(row, Ad, 0.0), axis=1)  # [NS,16]: row i of each block
+            D3 = tl.where(row, D3 - tl.sum(a_i[:, :, None] * D3, axis=1)[:, None, :], D3)
+        D = tl.reshape(tl.where((bi[:, None, None, None] == bi[None, None, :, None]), D3[:, :, None, :], 0.0),
+                       (C, C))
+
+    eG = tl.exp2(G)
+    v = tl.load(v_ptr + rows[:, None] * s_v + dv[None, :], mask=m2, other=0.0).to(tl.float32)
+    W = _dot(D, beta[:, None] * kn * eG, SOLVE)
+    U = _dot(D, beta[:, None] * v, SOLVE)
+    if NS > 1:
+        # (I + A)^-1 = (I + N)^-1 D with N = D * (block-strict part of A), N^NS = 0:
+        # (I + N)^-1 = (I - N)(I + N^2)(I + N^4)...
+        N = _dot(D, tl.where(same, 0.0, A), SOLVE)
+        W = W - _dot(N, W, SOLVE)
+        U = U - _dot(N, U, SOLVE)
+        for _s in tl.static_range(1, LOG2NS):
+            N = _dot(N, N, SOLVE)
+            W = W + _dot(N, W, SOLVE)
+            U = U + _dot(N, U, SOLVE)
+    Qt = qn * eG * scale
+    Kt = kn * tl.exp2(Glast[None, :] - G)
+    return W, U, Qt, Kt, M, tl.exp2(Glast)
+
+
+@triton.jit
+def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, T, NC, H, scale, lb2,
+                      K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, NS: tl.constexpr,
+                      LOG2NS: tl.constexpr, BV: tl.constexpr, HAS_H0: tl.constexpr,
+                      STORE_HT: tl.constexpr, INV_DOUBLING: tl.constexpr, STATE: tl.constexpr,
+                      SOLVE: tl.constexpr, NUM_STAGES: tl.constexpr):
+    pid_v = tl.program_id(0)
+    pid_bh = tl.program_id(1).to(tl.int64)
+    b = pid_bh // H
+    h = pid_bh % H
+    v0 = pid_v * BV
+    dk = tl.arange(0, K)
+    dv = tl.arange(0, BV)
+    # token-major inputs [B, T, H, D]: pointer at (b, t=0, h)
+    q_ptr = q + (b * T * H + h) * K
+    k_ptr = k + (b * T * H + h) * K
+    g_ptr = g + (b * T * H + h) * K
+    v_ptr = v + (b * T * H + h) * V + v0
+    o_ptr = o + (b * T * H + h) * V + v0
+    b_ptr = beta + b * T * H + h
+    alog_exp = tl.exp(tl.load(A_log + h).to(tl.float32))
+    dtb = tl.load(dt_bias + h * K + dk).to(tl.float32)
+    # state S[k, v] (the [B,H,V,K] layout read transposed)
+    s_off = (pid_bh * V + v0 + dv[None, :]) * K + dk[:, None]
+    if HAS_H0:
+        S = tl.load(h0 + s_off).to(tl.float32)
+    else:
+        S = tl.zeros((K, BV), tl.float32)
+    for c in tl.range(0, NC, num_stages=NUM_STAGES):
+        t0 = c * C
+        W, U, Qt, Kt, M, gam = _chunk_terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
+                                            alog_exp, dtb, scale, lb2, C, NS, LOG2NS, K, BV,
+                                            INV_DOUBLING, SOLVE)
+        X = U - _dot(W, S, STATE)
+        O = _dot(Qt, S, STATE) + _dot(M, X, STATE)
+        S = gam[:, None] * S + _dot(tl.trans(Kt), X, STATE)
+        rows = t0 + tl.arange(0, C)
+        tl.store(o_ptr + rows[:, None] * (H * V) + dv[None, :], O.to(o.dtype.element_ty),
+                 mask=(rows < T)[:, None])
+    if STORE_HT:
+        tl.store(hT + s_off, S)
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def kda_forward(q, k, v, g, beta, A_log, dt_bias, *, scale=None, lower_bound=-5.0,
+                initial_state=None, output_final_state=True, config=None):
+    cfg = {**CONFIG, **(config or {})}
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    scale = K ** -0.5 if scale is None else float(scale)
+    C = cfg["CHUNK"]
+    BV = min(cfg["BV"], V)
+    q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
+    A_log = A_log.contiguous()
+    dt_bias = dt_bias.contiguous()
+    o = torch.empty(B, T, H, V, dtype=torch.bfloat16, device=q.device)
+    hT = torch.empty(B, H, V, K, dtype=torch.float32, device=q.device) if output_final_state else o
+    h0 = initial_state.contiguous().float() if initial_state is not None else o
+    interp = _interpreting()
+    state_mode = 2 if interp and cfg["STATE_DOT"] == "bf16" else _MODES[cfg["STATE_DOT"]]
+    solve_mode = 0 if interp else _MODES[cfg["SOLVE_DOT"]]
+    grid = (triton.cdiv(V, BV), B * H)
+    _kda_fused_kernel[grid](
+        q, k, v, g, beta, A_log, dt_bias, h0, o, hT, T, triton.cdiv(T, C), H, scale, lower_bound * LOG2E,
+        K=K, V=V, C=C, NS=C // 16, LOG2NS=int(math.log2(C // 16)), BV=BV,
+        HAS_H0=initial_state is not None, STORE_HT=output_final_state,
+        INV_DOUBLING=cfg["INV"] == "doubling", STATE=state_mode, SOLVE=solve_mode,
+        NUM_STAGES=cfg["num_stages"], num_warps=cfg["num_warps"],
+    )
+    return o, (hT if output_final_state else None)
