@@ -33,11 +33,12 @@ PARAMS = {
     "BV": (16, 32, 64, 128),  # V columns per program (more programs vs more repeated work)
     "num_warps": (2, 4, 8),
     "num_stages": (1, 2, 3),  # software pipelining depth of the chunk loop
-    "INV": ("subst", "doubling"),  # 16x16 inverse: forward substitution, or (I+X)(I+X^2)...
+    "INV": ("subst", "doubling"),  # 16x16 inverse: forward substitution, or (I-A)(I+A^2)(I+A^4)(I+A^8)
+    "INV_DOT": ("ieee", "tf32x3"),  # precision of the doubling products (tf32 is unstable: KDA.md §4)
     "STATE_DOT": ("bf16", "tf32"),  # operands of the state products W S, Q~ S, K~^T X, M X
     "SOLVE_DOT": ("tf32", "tf32x3", "ieee"),  # precision of the A/M and inverse products
 }
-CONFIG = dict(CHUNK=32, BV=32, num_warps=4, num_stages=1, INV="subst", STATE_DOT="bf16", SOLVE_DOT="tf32")
+CONFIG = dict(CHUNK=32, BV=32, num_warps=4, num_stages=1, INV="subst", INV_DOT="ieee", STATE_DOT="bf16", SOLVE_DOT="tf32")
 
 FAMILY = "fused"
 LOG2E = 1.4426950408889634
@@ -65,7 +66,7 @@ def _dot(a, b, MODE: tl.constexpr):
 @triton.jit
 def _chunk_terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, dtb, scale, lb2,
                  C: tl.constexpr, NS: tl.constexpr, LOG2NS: tl.constexpr, K: tl.constexpr,
-                 BV: tl.constexpr, INV_DOUBLING: tl.constexpr, SOLVE: tl.constexpr):
+                 BV: tl.constexpr, INV_DOUBLING: tl.constexpr, SOLVE: tl.constexpr, INVP: tl.constexpr):
     """The chunk-local terms of one chunk: W [C,K], U [C,BV], Q~ [C,K], K~ [C,K], M [C,C],
     exp(G_last) [K]. Pointers are at (b, t=0, h); strides are per token. Only 2-D tiles:
     batched (3-D) dots replicate work across warps when the batch is small."""
@@ -122,8 +123,8 @@ def _chunk_terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_
         P = -tl.where(same, A, 0.0)
         D = eye + P
         for _s in tl.static_range(3):
-            P = _dot(P, P, SOLVE)
-            D = D + _dot(D, P, SOLVE)
+            P = _dot(P, P, INVP)
+            D = D + _dot(D, P, INVP)
     elif NS == 1:
         D = eye
         for i in tl.static_range(1, 16):
@@ -168,7 +169,7 @@ def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, T, NC, H, sca
                       K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, NS: tl.constexpr,
                       LOG2NS: tl.constexpr, BV: tl.constexpr, HAS_H0: tl.constexpr,
                       STORE_HT: tl.constexpr, INV_DOUBLING: tl.constexpr, STATE: tl.constexpr,
-                      SOLVE: tl.constexpr, NUM_STAGES: tl.constexpr):
+                      SOLVE: tl.constexpr, INVP: tl.constexpr, NUM_STAGES: tl.constexpr):
     pid_v = tl.program_id(0)
     pid_bh = tl.program_id(1).to(tl.int64)
     b = pid_bh // H
@@ -195,7 +196,7 @@ def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, T, NC, H, sca
         t0 = c * C
         W, U, Qt, Kt, M, gam = _chunk_terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
                                             alog_exp, dtb, scale, lb2, C, NS, LOG2NS, K, BV,
-                                            INV_DOUBLING, SOLVE)
+                                            INV_DOUBLING, SOLVE, INVP)
         X = U - _dot(W, S, STATE)
         O = _dot(Qt, S, STATE) + _dot(M, X, STATE)
         S = gam[:, None] * S + _dot(tl.trans(Kt), X, STATE)
@@ -227,12 +228,13 @@ def kda_forward(q, k, v, g, beta, A_log, dt_bias, *, scale=None, lower_bound=-5.
     interp = _interpreting()
     state_mode = 2 if interp and cfg["STATE_DOT"] == "bf16" else _MODES[cfg["STATE_DOT"]]
     solve_mode = 0 if interp else _MODES[cfg["SOLVE_DOT"]]
+    inv_mode = 0 if interp else _MODES[cfg["INV_DOT"]]
     grid = (triton.cdiv(V, BV), B * H)
     _kda_fused_kernel[grid](
         q, k, v, g, beta, A_log, dt_bias, h0, o, hT, T, triton.cdiv(T, C), H, scale, lower_bound * LOG2E,
         K=K, V=V, C=C, NS=C // 16, LOG2NS=int(math.log2(C // 16)), BV=BV,
         HAS_H0=initial_state is not None, STORE_HT=output_final_state,
-        INV_DOUBLING=cfg["INV"] == "doubling", STATE=state_mode, SOLVE=solve_mode,
+        INV_DOUBLING=cfg["INV"] == "doubling", STATE=state_mode, SOLVE=solve_mode, INVP=inv_mode,
         NUM_STAGES=cfg["num_stages"], num_warps=cfg["num_warps"],
     )
     return o, (hT if output_final_state else None)

@@ -32,13 +32,15 @@ PARAMS = {
     "num_warps": (2, 4, 8),  # warps of the sequential stage
     "num_stages": (1, 2, 3),  # software pipelining depth of the sequential chunk loop
     "prep_warps": (2, 4, 8),  # warps of the parallel stage
-    "INV": ("subst", "doubling"),  # 16x16 inverse: forward substitution, or (I+X)(I+X^2)...
+    "INV": ("subst", "doubling"),  # 16x16 inverse: forward substitution, or (I-A)(I+A^2)(I+A^4)(I+A^8)
+    "INV_DOT": ("ieee", "tf32x3"),  # precision of the doubling products (tf32 is unstable: KDA.md §4)
     "STATE_DOT": ("bf16", "tf32"),  # operands of the state products W S, Q~ S, K~^T X, M X
     "SOLVE_DOT": ("tf32", "tf32x3", "ieee"),  # precision of the A/M and inverse products
     "WORKSPACE": ("bf16", "fp32"),  # dtype of W, U, Q~, K~, M between the stages
+    "SEQ": ("kv", "vk"),  # state held as S [K,BV] or transposed [BV,K] (every product then has M = BV)
 }
-CONFIG = dict(CHUNK=64, BV=32, num_warps=4, num_stages=2, prep_warps=4, INV="subst", STATE_DOT="bf16",
-              SOLVE_DOT="tf32", WORKSPACE="bf16")
+CONFIG = dict(CHUNK=64, BV=32, num_warps=4, num_stages=2, prep_warps=4, INV="subst", INV_DOT="ieee", STATE_DOT="bf16",
+              SOLVE_DOT="tf32", WORKSPACE="bf16", SEQ="kv")
 
 FAMILY = "split"
 LOG2E = 1.4426950408889634
@@ -66,7 +68,7 @@ def _dot(a, b, MODE: tl.constexpr):
 @triton.jit
 def _chunk_terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, dtb, scale, lb2,
                  C: tl.constexpr, NS: tl.constexpr, LOG2NS: tl.constexpr, K: tl.constexpr,
-                 BV: tl.constexpr, INV_DOUBLING: tl.constexpr, SOLVE: tl.constexpr):
+                 BV: tl.constexpr, INV_DOUBLING: tl.constexpr, SOLVE: tl.constexpr, INVP: tl.constexpr):
     """The chunk-local terms of one chunk: W [C,K], U [C,BV], Q~ [C,K], K~ [C,K], M [C,C],
     exp(G_last) [K]. Pointers are at (b, t=0, h); strides are per token. Only 2-D tiles:
     batched (3-D) dots replicate work across warps when the batch is small."""
@@ -123,8 +125,8 @@ def _chunk_terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_
         P = -tl.where(same, A, 0.0)
         D = eye + P
         for _s in tl.static_range(3):
-            P = _dot(P, P, SOLVE)
-            D = D + _dot(D, P, SOLVE)
+            P = _dot(P, P, INVP)
+            D = D + _dot(D, P, INVP)
     elif NS == 1:
         D = eye
         for i in tl.static_range(1, 16):
@@ -168,7 +170,8 @@ def _chunk_terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_
 def _kda_chunk_kernel(q, k, v, g, beta, A_log, dt_bias, w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws,
                       T, NC, H, scale, lb2,
                       K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, NS: tl.constexpr,
-                      LOG2NS: tl.constexpr, INV_DOUBLING: tl.constexpr, SOLVE: tl.constexpr):
+                      LOG2NS: tl.constexpr, INV_DOUBLING: tl.constexpr, SOLVE: tl.constexpr,
+                      INVP: tl.constexpr):
     c = tl.program_id(0)
     pid_bh = tl.program_id(1).to(tl.int64)
     b = pid_bh // H
@@ -182,7 +185,7 @@ def _kda_chunk_kernel(q, k, v, g, beta, A_log, dt_bias, w_ws, u_ws, qt_ws, kt_ws
                                         g + (b * T * H + h) * K, beta + b * T * H + h,
                                         v + (b * T * H + h) * V, c * C, T, H * K, H * V, H,
                                         alog_exp, dtb, scale, lb2, C, NS, LOG2NS, K, V,
-                                        INV_DOUBLING, SOLVE)
+                                        INV_DOUBLING, SOLVE, INVP)
     # workspace [B*H, NC, C, D], chunk-major per head so stage 2 streams it
     chunk = pid_bh * NC + c
     ok = r[:, None] * K + dk[None, :]
@@ -233,6 +236,46 @@ def _kda_state_kernel(w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC, 
         tl.store(hT + s_off, S)
 
 
+@triton.jit
+def _kda_state_kernel_t(w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC, H,
+                        K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr,
+                        HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, STATE: tl.constexpr,
+                        NUM_STAGES: tl.constexpr):
+    """The sequential stage with the state transposed, St = S^T [BV,K]:
+    X^T = U^T - St W^T;  O^T = St Q~^T + X^T M^T;  St' = St diag(exp(G_last)) + X^T K~."""
+    pid_v = tl.program_id(0)
+    pid_bh = tl.program_id(1).to(tl.int64)
+    b = pid_bh // H
+    h = pid_bh % H
+    v0 = pid_v * BV
+    dk = tl.arange(0, K)
+    dv = tl.arange(0, BV)
+    r = tl.arange(0, C)
+    s_off = (pid_bh * V + v0 + dv[:, None]) * K + dk[None, :]
+    if HAS_H0:
+        St = tl.load(h0 + s_off).to(tl.float32)
+    else:
+        St = tl.zeros((BV, K), tl.float32)
+    o_ptr = o + (b * T * H + h) * V + v0
+    okT = r[None, :] * K + dk[:, None]  # [K, C]: a [C,K] tile read transposed
+    for c in tl.range(0, NC, num_stages=NUM_STAGES):
+        chunk = pid_bh * NC + c
+        Wt = tl.load(w_ws + chunk * C * K + okT)
+        Qtt = tl.load(qt_ws + chunk * C * K + okT)
+        Kt = tl.load(kt_ws + chunk * C * K + r[:, None] * K + dk[None, :])
+        Ut = tl.load(u_ws + chunk * C * V + r[None, :] * V + v0 + dv[:, None]).to(tl.float32)
+        Mt = tl.load(m_ws + chunk * C * C + r[None, :] * C + r[:, None])
+        gam = tl.load(gam_ws + chunk * K + dk)
+        Xt = Ut - _dot(St, Wt, STATE)
+        Ot = _dot(St, Qtt, STATE) + _dot(Xt, Mt, STATE)
+        St = St * gam[None, :] + _dot(Xt, Kt, STATE)
+        rows = c * C + r
+        tl.store(o_ptr + rows[None, :] * (H * V) + dv[:, None], Ot.to(o.dtype.element_ty),
+                 mask=(rows < T)[None, :])
+    if STORE_HT:
+        tl.store(hT + s_off, St)
+
+
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
@@ -263,13 +306,17 @@ def kda_forward(q, k, v, g, beta, A_log, dt_bias, *, scale=None, lower_bound=-5.
     interp = _interpreting()
     state_mode = 2 if interp and cfg["STATE_DOT"] == "bf16" else _MODES[cfg["STATE_DOT"]]
     solve_mode = 0 if interp else _MODES[cfg["SOLVE_DOT"]]
+    inv_mode = 0 if interp else _MODES[cfg["INV_DOT"]]
     _kda_chunk_kernel[(NC, B * H)](
         q, k, v, g, beta, A_log, dt_bias, w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws,
         T, NC, H, scale, lower_bound * LOG2E,
         K=K, V=V, C=C, NS=C // 16, LOG2NS=int(math.log2(C // 16)),
-        INV_DOUBLING=cfg["INV"] == "doubling", SOLVE=solve_mode, num_warps=cfg["prep_warps"],
+        INV_DOUBLING=cfg["INV"] == "doubling", SOLVE=solve_mode, INVP=inv_mode, num_warps=cfg["prep_warps"],
     )
-    _kda_state_kernel[(triton.cdiv(V, BV), B * H)](
+    if cfg.get("_stop_after") == "prep":  # profiling knob: time the parallel stage alone
+        return o, (hT if output_final_state else None)
+    state_kernel = _kda_state_kernel_t if cfg["SEQ"] == "vk" else _kda_state_kernel
+    state_kernel[(triton.cdiv(V, BV), B * H)](
         w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC, H,
         K=K, V=V, C=C, BV=BV, HAS_H0=initial_state is not None, STORE_HT=output_final_state,
         STATE=state_mode, NUM_STAGES=cfg["num_stages"], num_warps=cfg["num_warps"],

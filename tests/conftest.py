@@ -1,0 +1,67 @@
+"""Shared fixtures: an isolated config dir (the holdout salt never lands in ~), the
+Triton interpreter on, the CPU task, and a tiny task for fast checks."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kdatui.engine.task import Shape, Task, load_task
+
+REPO = Path(__file__).resolve().parents[1]
+TASKS = REPO / "tasks"
+CANDIDATES = Path(__file__).resolve().parent / "candidates"
+TORCH_CHUNKED = REPO / "kernels" / "kda" / "torch_chunked.py"
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path_factory, monkeypatch):
+    """Every test gets its own config dir (so the holdout salt is created there, never in
+    the user's ~/.config) and runs Triton through the interpreter."""
+    config = tmp_path_factory.mktemp("kdatui-config")
+    monkeypatch.setenv("KDATUI_CONFIG_DIR", str(config))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    yield config
+
+
+@pytest.fixture(autouse=True)
+def fresh_candidate_modules():
+    """The candidate loader caches modules by path and content; stateful planted candidates
+    (caches, call counters, seeded coin flips) must start fresh in every test."""
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.startswith("kdatui_candidate_"):
+            del sys.modules[name]
+
+
+@pytest.fixture
+def cpu_task() -> Task:
+    return load_task(TASKS / "kda_fwd_cpu.toml")
+
+
+TINY_PROBES = ["random", "saturated", "strong", "boundary", "correlated"]
+
+
+@pytest.fixture
+def tiny_shape() -> Shape:
+    # T > 64 so a 64-token chunk is full (the factored-exponent trap needs ~55 tokens of
+    # boundary decay in one chunk), and T not a multiple of the chunk.
+    return Shape(name="tiny", B=1, T=80, H=2, K=16, V=16)
+
+
+@pytest.fixture
+def tiny_task(cpu_task, tiny_shape) -> Task:
+    """The CPU task cut down to one tiny shape, a few probes and one holdout probe:
+    enough to catch each planted fault in well under a second."""
+    contract = replace(cpu_task.contract, probes=list(TINY_PROBES), holdout=1)
+    return replace(cpu_task, name="kda_fwd_tiny", shapes={tiny_shape.name: tiny_shape},
+                   primary_shape=tiny_shape.name, contract=contract, path=None)
+
+
+@pytest.fixture
+def salt() -> bytes:
+    return bytes(range(32))
