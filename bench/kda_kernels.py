@@ -123,15 +123,23 @@ def main(argv=None) -> int:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--check", action="store_true", help="check each kernel on 3 probes first")
+    ap.add_argument("--check", action="store_true", help="check each swept kernel on 3 probes first")
+    ap.add_argument("--full-check", action="store_true",
+                    help="run the whole correctness contract on the chosen configs at every shape")
+    ap.add_argument("--profile", action="store_true",
+                    help="also time each chosen config with its sequential part removed")
     ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
     ap.add_argument("--json", help="write every figure to this file")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                    help="cpu: a smoke test of this script through the Triton interpreter (no figures)")
     args = ap.parse_args(argv)
 
-    if not torch.cuda.is_available():
-        print("bench/kda_kernels.py needs a CUDA GPU", file=sys.stderr)
+    device = args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        print("bench/kda_kernels.py needs a CUDA GPU (or --device cpu for a smoke test)", file=sys.stderr)
         return 2
-    device = "cuda"
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
     task = load_task(args.task)
     shapes = [task.shape(s) for s in args.shapes.split(",")] if args.shapes else list(task.shapes.values())
     families = args.families.split(",")
@@ -143,58 +151,111 @@ def main(argv=None) -> int:
     else:
         configs = {f: [{}] for f in families}
     base = baselines.resolve("fla", device)
-    print(f"device {torch.cuda.get_device_name()}  torch {torch.__version__}  baseline {base.name}: {base.note}",
-          flush=True)
+    dev_name = torch.cuda.get_device_name() if device == "cuda" else "cpu (Triton interpreter)"
+    print(f"device {dev_name}  torch {torch.__version__}  baseline {base.name}: {base.note}", flush=True)
 
     jobs = [(f, c) for f in families for c in configs[f]]
     t0 = time.perf_counter()
-    errors = precompile(jobs, args.workers)
+    errors = precompile(jobs, args.workers) if device == "cuda" else {}
     print(f"compiled {len(jobs)} configs in {time.perf_counter() - t0:.0f} s", flush=True)
 
-    rows = []
-    if args.check:
-        for shape in shapes:
-            print(f"baseline {base.name} @ {shape.name}: {quick_check(base.fn, shape, task, device)}", flush=True)
-    for shape in shapes:
-        def make_inputs(trial, shape=shape):
-            return make_probe("random", shape, task.contract, device, variant=f"bench{trial}")
+    cache: dict = {}
 
-        def call(fn):
-            return lambda p: fn(*p.args(), **p.kwargs())
+    def make_inputs_for(shape):
+        def make_inputs(trial):  # fresh inputs per trial, shared by every kernel timed on them
+            key = (shape.name, trial)
+            if key not in cache:
+                if any(k[0] != shape.name for k in cache):
+                    cache.clear()
+                cache[key] = make_probe("random", shape, task.contract, device, variant=f"bench{trial}")
+            return cache[key]
+        return make_inputs
 
-        for fam, cfg in jobs:
-            key = (fam, json.dumps(cfg))
-            row = {"shape": shape.name, "family": fam, "config": cfg}
-            if key in errors:
-                row["error"] = errors[key]
-                rows.append(row)
-                continue
-            fn = _fn(fam, cfg)
-            try:
-                if args.check and "_stop_after" not in cfg:  # a profiling config's output is partial
-                    row["check"] = quick_check(fn, shape, task, device)
-                pt = paired_timing(call(base.fn), call(fn), make_inputs, device=device, trials=args.trials,
-                                   warmup=args.warmup, repeats=args.repeats)
-                row.update(base_ms=pt.baseline.median_ms, ms=pt.candidate.median_ms, speedup=pt.speedup,
-                           spread=pt.noise)
-            except Exception as e:
-                row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    def call(fn):
+        return lambda p: fn(*p.args(), **p.kwargs())
+
+    def time_row(shape, fam, cfg, fn, stage, check=False):
+        row = {"stage": stage, "shape": shape.name, "family": fam, "config": cfg}
+        if (fam, json.dumps(cfg)) in errors:
+            row["error"] = errors[(fam, json.dumps(cfg))]
+            return row
+        try:
+            if check:
+                row["check"] = quick_check(fn, shape, task, device)
+            pt = paired_timing(call(base.fn), call(fn), make_inputs_for(shape), device=device,
+                               trials=args.trials, warmup=args.warmup, repeats=args.repeats)
+            row.update(base_ms=pt.baseline.median_ms, ms=pt.candidate.median_ms, speedup=pt.speedup,
+                       spread=pt.noise)
+        except Exception as e:
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        print(json.dumps(row), flush=True)
+        if device == "cuda":
             torch.cuda.empty_cache()
+        return row
+
+    rows = []
+    first = task.primary if task.primary in shapes else shapes[0]
+    chosen = {f: configs[f][0] for f in families}
+    if any(len(configs[f]) > 1 for f in families):  # a sweep: time all at one shape, keep the fastest
+        for f in families:
+            sweep = [time_row(first, f, c, _fn(f, c), "sweep", check=args.check) for c in configs[f]]
+            rows += sweep
+            ok = [r for r in sweep if "error" not in r and "_stop_after" not in r["config"]
+                  and not r.get("check", "ok").startswith("FAIL")]
+            if ok:
+                chosen[f] = min(ok, key=lambda r: r["ms"])["config"]
+        print("chosen:", json.dumps(chosen), flush=True)
+
+    reports = {}
+    if args.full_check:
+        import tempfile
+
+        from kdatui.engine.checks import run_checks
+        from kdatui.kernels.kda import families as fams
+
+        tmp = tempfile.mkdtemp(prefix="kda_candidates_")
+        paths = {}
+        for f in families:
+            paths[f] = os.path.join(tmp, f"{f}.py")
+            with open(paths[f], "w") as fh:
+                fh.write(fams.render(f, chosen[f]))
+        for shape in shapes:
+            refs: dict = {}  # every probe's reference computed once, shared by the families
+            for f in families:
+                t0 = time.perf_counter()
+                rep = run_checks(task, shape, paths[f], device=device, references=refs)
+                bad = rep.first_problem()
+                reports[(f, shape.name)] = rep.verdict if not bad else f"{rep.verdict} {bad.probe}: {bad.reason}"
+                print(f"check {f} @ {shape.name}: {reports[(f, shape.name)]} "
+                      f"({len(rep.results)} steps, {time.perf_counter() - t0:.1f} s, worst rms "
+                      f"{max(r.rms_ratio for r in rep.results):.2e})", flush=True)
+            del refs
+
+    for shape in shapes:
+        for f in families:
+            row = time_row(shape, f, chosen[f], _fn(f, chosen[f]), "final")
+            row["full_check"] = reports.get((f, shape.name), "")
+            rows.append(row)
+    if args.profile:  # a stage removed: what each family's chunk-local work costs alone
+        for f in families:
+            rows.append(time_row(first, f, {**chosen[f], "_stop_after": "prep"},
+                                 _fn(f, {**chosen[f], "_stop_after": "prep"}), "profile"))
 
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "baseline": base.name, "rows": rows}, f, indent=1)
+            json.dump({"device": dev_name, "baseline": base.name, "chosen": chosen,
+                       "rows": rows}, f, indent=1)
     print()
-    print(f"{'shape':<16} {'family':<6} {'config':<46} {base.name + ' ms':>8} {'ms':>8} {'speedup':>8} {'spread':>7}  check")
+    print(f"{'stage':<7} {'shape':<14} {'family':<6} {'config':<44} {base.name + ' ms':>7} {'ms':>7} "
+          f"{'speedup':>7} {'spread':>6}  check")
     for r in rows:
-        cfg = json.dumps(r["config"])[:46]
+        cfg = json.dumps({k: v for k, v in r["config"].items()})[:44]
+        head = f"{r['stage']:<7} {r['shape']:<14} {r['family']:<6} {cfg:<44}"
         if "error" in r:
-            print(f"{r['shape']:<16} {r['family']:<6} {cfg:<46} ERROR {r['error'][:120]}")
+            print(f"{head} ERROR {r['error'][:120]}")
             continue
-        print(f"{r['shape']:<16} {r['family']:<6} {cfg:<46} {r['base_ms']:8.3f} {r['ms']:8.3f} "
-              f"{r['speedup']:7.2f}x {r['spread']:6.1%}  {r.get('check', '')}")
+        print(f"{head} {r['base_ms']:7.3f} {r['ms']:7.3f} {r['speedup']:6.2f}x {r['spread']:6.1%}  "
+              f"{r.get('full_check') or r.get('check', '')}")
     return 0
 
 

@@ -104,6 +104,7 @@ class Comparison:
     max_rel: float
     rms_ratio: float
     reason: str = ""
+    output: str = ""  # which output passed (a failure names it in the reason)
 
 
 def _index(flat: int, shape) -> list[int]:
@@ -146,7 +147,7 @@ def compare(x: torch.Tensor, y: torch.Tensor, tol: Tolerance, what: str) -> Comp
     if not rms_ratio < tol.rms:
         return Comparison(False, max_abs, max_rel, rms_ratio,
                           f"{what}: normalized RMS error {rms_ratio:.3g} >= {tol.rms}")
-    return Comparison(True, max_abs, max_rel, rms_ratio)
+    return Comparison(True, max_abs, max_rel, rms_ratio, output=what)
 
 
 # --------------------------------------------------------------------------- running
@@ -230,12 +231,20 @@ def _expect_tensor(name, t, shape, dtype, device):
         raise CandidateFault(f"{name} is not dense (not contiguous), strides {t.stride()}")
 
 
-def reference_outputs(p: ProbeInputs):
+def reference_outputs(p: ProbeInputs, cache: dict | None = None):
+    """fp64 reference outputs of a probe. `cache` (a dict the caller owns, one per shape)
+    lets several candidates checked on the same shape share one reference per probe."""
     from kdatui.kernels.kda import reference
 
+    key = (p.name, tuple(p.q.shape), tuple(p.v.shape), str(p.q.device))
+    if cache is not None and key in cache:
+        return cache[key]
     f = reference.token_loop if p.reference == "token_loop" else reference.chunked
     with torch.no_grad():
-        return f(*p.args(), **p.kwargs(True))
+        out = f(*p.args(), **p.kwargs(True))
+    if cache is not None:
+        cache[key] = out
+    return out
 
 
 def _judge(o, final, ref, tol) -> Comparison:
@@ -253,11 +262,12 @@ def _result(probe, c: Comparison, verdict=None, reason=None, output="") -> Check
     return CheckResult(probe=probe, verdict=verdict or ("PASS" if c.ok else "FAIL"),
                        reason=reason if reason is not None else c.reason,
                        max_abs=c.max_abs, max_rel=c.max_rel, rms_ratio=c.rms_ratio,
-                       output=output or (c.reason.split(":")[0] if c.reason else ""))
+                       output=output or c.output or (c.reason.split(":")[0] if c.reason else ""))
 
 
-def check_probe(fn, p: ProbeInputs, shape: Shape, device: str, runs: int) -> CheckResult:
-    ref = reference_outputs(p)
+def check_probe(fn, p: ProbeInputs, shape: Shape, device: str, runs: int,
+                references: dict | None = None) -> CheckResult:
+    ref = reference_outputs(p, references)
     outs, judged = [], []
     for _ in range(runs):
         o, final = call_candidate(fn, p, shape, device)
@@ -270,15 +280,16 @@ def check_probe(fn, p: ProbeInputs, shape: Shape, device: str, runs: int) -> Che
         return _result(p.name, worst_c, "FLAKY",
                        f"runs on identical inputs disagree: run {i + 1} failed ({judged[i].reason})")
     if all(c.ok for c in judged) and runs > 1:
-        rms_ref = float(ref[0].norm()) / math.sqrt(max(ref[0].numel(), 1))
-        spread = max(float((outs[0][0].double() - o.double()).abs().max()) for o, _ in outs[1:])
-        if spread > FLAKY_RMS * rms_ref:
-            return _result(p.name, worst_c, "FLAKY",
-                           f"runs on identical inputs differ by {spread:.3g} (> {FLAKY_RMS} x RMS)")
+        for i, what in enumerate(("o", "final_state")):  # a race may touch only the state
+            rms_ref = float(ref[i].norm()) / math.sqrt(max(ref[i].numel(), 1))
+            spread = max(float((outs[0][i].double() - out[i].double()).abs().max()) for out in outs[1:])
+            if spread > FLAKY_RMS * rms_ref:
+                return _result(p.name, worst_c, "FLAKY", f"{what}: runs on identical inputs differ "
+                               f"by {spread:.3g} (> {FLAKY_RMS} x RMS)", output=what)
     return _result(p.name, worst_c)
 
 
-def preflight(fn, shape: Shape, task: Task, device: str) -> CheckResult:
+def preflight(fn, shape: Shape, task: Task, device: str, references: dict | None = None) -> CheckResult:
     """One call under poisoned allocations: structure, every element written and finite,
     no aliasing, inputs left untouched; then output_final_state=False."""
     p = make_probe("random", shape, task.contract, device, variant="preflight")
@@ -289,7 +300,7 @@ def preflight(fn, shape: Shape, task: Task, device: str) -> CheckResult:
     for n, t in p.tensors().items():
         if not torch.equal(t, before[n]):
             return CheckResult("preflight", "FAIL", f"the candidate modified its input {n} in place")
-    ref = reference_outputs(p)
+    ref = reference_outputs(p, references)
     c = _judge(o, final, ref, p.tolerance)
     if not c.ok:
         return _result("preflight", c)
@@ -336,8 +347,9 @@ def check_steps(task: Task) -> list[str]:
 
 def run_checks(task: Task, shape: Shape, candidate: str, *, device: str | None = None,
                progress: Progress | None = None, fail_fast: bool = False,
-               salt: bytes | None = None) -> CheckReport:
-    """Every check of the contract for one candidate at one shape."""
+               salt: bytes | None = None, references: dict | None = None) -> CheckReport:
+    """Every check of the contract for one candidate at one shape. Pass the same
+    `references` dict to several calls at one shape to compute each reference once."""
     device = device or default_device()
     prepare_device(device)
     report = CheckReport(candidate=str(candidate), task=task.name, shape=shape.name,
@@ -369,13 +381,14 @@ def run_checks(task: Task, shape: Shape, candidate: str, *, device: str | None =
         report.results[-1] = CheckResult("static", "ERROR", str(e))
         return _finish(report, t_start, progress, steps)
 
-    r = step(1, "preflight", lambda: preflight(fn, shape, task, device))
+    r = step(1, "preflight", lambda: preflight(fn, shape, task, device, references))
     if r.verdict == "ERROR" or (fail_fast and not r.passed):
         return _finish(report, t_start, progress, steps)
     runs = task.contract.runs_per_probe
     for i, name in enumerate(probe_names(task.contract), start=2):
         def one(name=name):
-            return check_probe(fn, make_probe(name, shape, task.contract, device, salt), shape, device, runs)
+            return check_probe(fn, make_probe(name, shape, task.contract, device, salt), shape, device, runs,
+                               references)
         r = step(i, name, one)
         if fail_fast and not r.passed:
             return _finish(report, t_start, progress, steps)

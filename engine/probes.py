@@ -117,19 +117,21 @@ def holdout_seed(salt: bytes, shape: Shape, index: int) -> int:
 # --------------------------------------------------------------------------- generators
 
 class _Gen:
+    """Draws on the probe's device (a CPU draw of 10^8 numbers costs seconds), so a probe
+    is deterministic per device type: the same on every CPU, the same on every GPU."""
+
     def __init__(self, seed: int, device: str):
-        # Draw on the CPU so a probe is identical on every device, then move.
-        self.g = torch.Generator(device="cpu").manual_seed(seed)
+        self.g = torch.Generator(device=device).manual_seed(seed)
         self.device = device
 
     def to(self, x, dtype):
         return x.to(device=self.device, dtype=dtype)
 
     def randn(self, *shape):
-        return torch.randn(*shape, generator=self.g, dtype=torch.float32)
+        return torch.randn(*shape, generator=self.g, dtype=torch.float32, device=self.device)
 
     def rand(self, *shape):
-        return torch.rand(*shape, generator=self.g, dtype=torch.float32)
+        return torch.rand(*shape, generator=self.g, dtype=torch.float32, device=self.device)
 
     def sample(self, dist: str, *shape):
         """Unit-variance samples of a named distribution."""
@@ -177,81 +179,86 @@ def make_probe(name: str, shape: Shape, contract: Contract, device: str = "cpu",
     base = name.removeprefix("fp64_")
     if name.startswith("holdout_"):
         index = int(name.split("_")[1])
-        seed = holdout_seed(salt if salt is not None else holdout_salt(), shape, index)
+        salt = salt if salt is not None else holdout_salt()
+        seed = holdout_seed(salt, shape, index)
     else:
         seed = _seed(contract.seed, name, variant, shape.B, shape.T, shape.H, shape.K, shape.V)
     r = _Gen(seed, device)
-    dist = "normal"
-    if name.startswith("holdout_"):
-        dist = HOLDOUT_DISTRIBUTIONS[(index + seed) % len(HOLDOUT_DISTRIBUTIONS)]
-        base = "holdout_" + HOLDOUT_DECAYS[index % len(HOLDOUT_DECAYS)]
-        lb = -(1.0 + 4.0 * r.rand(1).item())
-        meta.update(distribution=dist, decay=base.removeprefix("holdout_"))
+    with torch.device(device):  # factories below (full, zeros, arange, randperm) too
+        dist = "normal"
+        if name.startswith("holdout_"):
+            # One salt-derived rotation shared by all holdout probes (not each probe's own seed),
+            # so any 4 consecutive holdout probes cover all 4 distributions.
+            rotation = holdout_seed(salt, shape, -1)
+            dist = HOLDOUT_DISTRIBUTIONS[(index + rotation) % len(HOLDOUT_DISTRIBUTIONS)]
+            base = "holdout_" + HOLDOUT_DECAYS[index % len(HOLDOUT_DECAYS)]
+            lb = -(1.0 + 4.0 * r.rand(1).item())
+            meta.update(distribution=dist, decay=base.removeprefix("holdout_"))
 
-    q = r.sample(dist, B, T, H, K)
-    k = r.sample(dist, B, T, H, K)
-    v = r.sample(dist, B, T, H, V)
-    beta = r.sample(dist, B, T, H)
-    g, A_log, dt_bias = _gate_realistic(r, B, T, H, K)
+        q = r.sample(dist, B, T, H, K)
+        k = r.sample(dist, B, T, H, K)
+        v = r.sample(dist, B, T, H, V)
+        beta = r.sample(dist, B, T, H)
+        g, A_log, dt_bias = _gate_realistic(r, B, T, H, K)
 
-    if base == "random":
-        pass
-    elif base in ("saturated", "holdout_all"):
-        A_log = torch.full((H,), math.log(16.0))
-        dt_bias = torch.zeros(H, K)
-        g = 4.0 + g.abs()
-    elif base == "strong":
-        A_log = torch.zeros(H)
-        dt_bias = torch.zeros(H, K)
-    elif base in ("mixed_depth", "holdout_channels"):
-        # half the channels of each head pinned at the floor, the other half barely decaying
-        chan = torch.stack([torch.randperm(K, generator=r.g) < K // 2 for _ in range(H)])  # [H, K]
-        sel = chan[None, None].expand(B, T, H, K)
-        g = _weaken(_saturate(g, sel), ~sel)
-    elif base in ("switch", "holdout_bands"):
-        width = 128 if base == "switch" else int(16 + r.rand(1).item() * 112)
-        band = ((torch.arange(T) // width) % 2 == 0)[None, :, None, None].expand(B, T, H, K)
-        g = _saturate(g, band)
-        meta["band"] = width
-    elif base == "boundary":
-        A_log = torch.zeros(H)
-        dt_bias = torch.full((H, K), _logit(1.9 / -lb))
-        g = torch.zeros(B, T, H, K)
-    elif base == "correlated":
-        u = r.randn(H, K)
-        u = u / u.norm(dim=-1, keepdim=True)
-        k = u[None, None].expand(B, T, H, K).clone()
-        q = k.clone()
-        beta = torch.full((B, T, H), 3.0)
-        A_log = torch.zeros(H)
-        dt_bias = torch.zeros(H, K)
-        g = torch.full((B, T, H, K), -20.0)
-    elif base in ("random_depth", "holdout_random"):
-        A_log = torch.zeros(H)
-        dt_bias = _logit(0.0005 + 0.999 * r.rand(H, K))
-        g = 0.25 * r.randn(B, T, H, K)
-    elif base == "holdout_none":
-        g = _weaken(g, torch.ones_like(g, dtype=torch.bool))
-    else:
-        raise ValueError(f"unknown probe {name!r}")
+        if base == "random":
+            pass
+        elif base in ("saturated", "holdout_all"):
+            A_log = torch.full((H,), math.log(16.0))
+            dt_bias = torch.zeros(H, K)
+            g = 4.0 + g.abs()
+        elif base == "strong":
+            A_log = torch.zeros(H)
+            dt_bias = torch.zeros(H, K)
+        elif base in ("mixed_depth", "holdout_channels"):
+            # half the channels of each head pinned at the floor, the other half barely decaying
+            chan = torch.stack([torch.randperm(K, generator=r.g) < K // 2 for _ in range(H)])  # [H, K]
+            sel = chan[None, None].expand(B, T, H, K)
+            g = _weaken(_saturate(g, sel), ~sel)
+        elif base in ("switch", "holdout_bands"):
+            width = 128 if base == "switch" else int(16 + r.rand(1).item() * 112)
+            band = ((torch.arange(T) // width) % 2 == 0)[None, :, None, None].expand(B, T, H, K)
+            g = _saturate(g, band)
+            meta["band"] = width
+        elif base == "boundary":
+            A_log = torch.zeros(H)
+            dt_bias = torch.full((H, K), _logit(1.9 / -lb))
+            g = torch.zeros(B, T, H, K)
+        elif base == "correlated":
+            u = r.randn(H, K)
+            u = u / u.norm(dim=-1, keepdim=True)
+            k = u[None, None].expand(B, T, H, K).clone()
+            q = k.clone()
+            beta = torch.full((B, T, H), 3.0)
+            A_log = torch.zeros(H)
+            dt_bias = torch.zeros(H, K)
+            g = torch.full((B, T, H, K), -20.0)
+        elif base in ("random_depth", "holdout_random"):
+            A_log = torch.zeros(H)
+            dt_bias = _logit(0.0005 + 0.999 * r.rand(H, K))
+            g = 0.25 * r.randn(B, T, H, K)
+        elif base == "holdout_none":
+            g = _weaken(g, torch.ones_like(g, dtype=torch.bool))
+        else:
+            raise ValueError(f"unknown probe {name!r}")
 
-    init = None if name in NO_INITIAL_STATE else r.randn(B, H, V, K)
-    bf = torch.bfloat16
-    return ProbeInputs(
-        name=name,
-        q=r.to(q, bf), k=r.to(k, bf), v=r.to(v, bf), g=r.to(g, bf), beta=r.to(beta, bf),
-        A_log=r.to(A_log, torch.float32), dt_bias=r.to(dt_bias, torch.float32),
-        initial_state=None if init is None else r.to(init, torch.float32),
-        scale=scale, lower_bound=lb, tolerance=tolerance_for(name, contract),
-        reference="token_loop" if name.startswith("fp64_") else "chunked", meta=meta,
-    )
+        init = None if name in NO_INITIAL_STATE else r.randn(B, H, V, K)
+        bf = torch.bfloat16
+        return ProbeInputs(
+            name=name,
+            q=r.to(q, bf), k=r.to(k, bf), v=r.to(v, bf), g=r.to(g, bf), beta=r.to(beta, bf),
+            A_log=r.to(A_log, torch.float32), dt_bias=r.to(dt_bias, torch.float32),
+            initial_state=None if init is None else r.to(init, torch.float32),
+            scale=scale, lower_bound=lb, tolerance=tolerance_for(name, contract),
+            reference="token_loop" if name.startswith("fp64_") else "chunked", meta=meta,
+        )
 
 
 def perturb_(p: ProbeInputs, seed: int, amount: float = 0.25) -> None:
     """Move every input in place by `amount` of its own standard deviation (input dependence)."""
-    r = torch.Generator(device="cpu").manual_seed(seed)
+    r = torch.Generator(device=p.q.device).manual_seed(seed)
     for n, t in p.tensors().items():
-        noise = torch.randn(t.shape, generator=r, dtype=torch.float32).to(t.device)
+        noise = torch.randn(t.shape, generator=r, dtype=torch.float32, device=t.device)
         sd = t.float().std().item() if t.numel() > 1 else 1.0
         t.add_((amount * max(sd, 1e-3) * noise).to(t.dtype))
 

@@ -32,6 +32,7 @@ PARAMS = {
     "num_warps": (2, 4, 8),  # warps of the sequential stage
     "num_stages": (1, 2, 3),  # software pipelining depth of the sequential chunk loop
     "prep_warps": (2, 4, 8),  # warps of the parallel stage
+    "PREP_LOOP": (1, 2, 4, 8),  # chunks per program of the parallel stage (loads of the next one in flight)
     "INV": ("subst", "doubling"),  # 16x16 inverse: forward substitution, or (I-A)(I+A^2)(I+A^4)(I+A^8)
     "INV_DOT": ("ieee", "tf32x3"),  # precision of the doubling products (tf32 is unstable: KDA.md §4)
     "STATE_DOT": ("bf16", "tf32"),  # operands of the state products W S, Q~ S, K~^T X, M X
@@ -39,7 +40,7 @@ PARAMS = {
     "WORKSPACE": ("bf16", "fp32"),  # dtype of W, U, Q~, K~, M between the stages
     "SEQ": ("kv", "vk"),  # state held as S [K,BV] or transposed [BV,K] (every product then has M = BV)
 }
-CONFIG = dict(CHUNK=64, BV=32, num_warps=4, num_stages=2, prep_warps=4, INV="subst", INV_DOT="ieee", STATE_DOT="bf16",
+CONFIG = dict(CHUNK=64, BV=32, num_warps=4, num_stages=2, prep_warps=4, PREP_LOOP=1, INV="subst", INV_DOT="ieee", STATE_DOT="bf16",
               SOLVE_DOT="tf32", WORKSPACE="bf16", SEQ="kv")
 
 FAMILY = "split"
@@ -171,8 +172,7 @@ def _kda_chunk_kernel(q, k, v, g, beta, A_log, dt_bias, w_ws, u_ws, qt_ws, kt_ws
                       T, NC, H, scale, lb2,
                       K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, NS: tl.constexpr,
                       LOG2NS: tl.constexpr, INV_DOUBLING: tl.constexpr, SOLVE: tl.constexpr,
-                      INVP: tl.constexpr):
-    c = tl.program_id(0)
+                      INVP: tl.constexpr, PL: tl.constexpr):
     pid_bh = tl.program_id(1).to(tl.int64)
     b = pid_bh // H
     h = pid_bh % H
@@ -181,25 +181,29 @@ def _kda_chunk_kernel(q, k, v, g, beta, A_log, dt_bias, w_ws, u_ws, qt_ws, kt_ws
     r = tl.arange(0, C)
     alog_exp = tl.exp(tl.load(A_log + h).to(tl.float32))
     dtb = tl.load(dt_bias + h * K + dk).to(tl.float32)
-    W, U, Qt, Kt, M, gam = _chunk_terms(q + (b * T * H + h) * K, k + (b * T * H + h) * K,
-                                        g + (b * T * H + h) * K, beta + b * T * H + h,
-                                        v + (b * T * H + h) * V, c * C, T, H * K, H * V, H,
-                                        alog_exp, dtb, scale, lb2, C, NS, LOG2NS, K, V,
-                                        INV_DOUBLING, SOLVE, INVP)
-    # workspace [B*H, NC, C, D], chunk-major per head so stage 2 streams it
-    chunk = pid_bh * NC + c
-    ok = r[:, None] * K + dk[None, :]
-    ty = w_ws.dtype.element_ty
-    tl.store(w_ws + chunk * C * K + ok, W.to(ty))
-    tl.store(qt_ws + chunk * C * K + ok, Qt.to(ty))
-    tl.store(kt_ws + chunk * C * K + ok, Kt.to(ty))
-    tl.store(u_ws + chunk * C * V + r[:, None] * V + dv[None, :], U.to(ty))
-    tl.store(m_ws + chunk * C * C + r[:, None] * C + r[None, :], M.to(ty))
-    tl.store(gam_ws + chunk * K + dk, gam)
+    # NC here is the padded chunk count (a multiple of PL): chunks past the end only see masked
+    # rows and write workspace slots stage 2 never reads.
+    for j in tl.range(0, PL, num_stages=2 if PL > 1 else 1):
+        c = tl.program_id(0) * PL + j
+        W, U, Qt, Kt, M, gam = _chunk_terms(q + (b * T * H + h) * K, k + (b * T * H + h) * K,
+                                            g + (b * T * H + h) * K, beta + b * T * H + h,
+                                            v + (b * T * H + h) * V, c * C, T, H * K, H * V, H,
+                                            alog_exp, dtb, scale, lb2, C, NS, LOG2NS, K, V,
+                                            INV_DOUBLING, SOLVE, INVP)
+        # workspace [B*H, NC, C, D], chunk-major per head so stage 2 streams it
+        chunk = pid_bh * NC + c
+        ok = r[:, None] * K + dk[None, :]
+        ty = w_ws.dtype.element_ty
+        tl.store(w_ws + chunk * C * K + ok, W.to(ty))
+        tl.store(qt_ws + chunk * C * K + ok, Qt.to(ty))
+        tl.store(kt_ws + chunk * C * K + ok, Kt.to(ty))
+        tl.store(u_ws + chunk * C * V + r[:, None] * V + dv[None, :], U.to(ty))
+        tl.store(m_ws + chunk * C * C + r[:, None] * C + r[None, :], M.to(ty))
+        tl.store(gam_ws + chunk * K + dk, gam)
 
 
 @triton.jit
-def _kda_state_kernel(w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC, H,
+def _kda_state_kernel(w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC, NCS, H,
                       K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr,
                       HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, STATE: tl.constexpr,
                       NUM_STAGES: tl.constexpr):
@@ -219,7 +223,7 @@ def _kda_state_kernel(w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC, 
     o_ptr = o + (b * T * H + h) * V + v0
     ok = r[:, None] * K + dk[None, :]
     for c in tl.range(0, NC, num_stages=NUM_STAGES):
-        chunk = pid_bh * NC + c
+        chunk = pid_bh * NCS + c  # NCS: chunk slots per head in the workspace
         W = tl.load(w_ws + chunk * C * K + ok)
         Qt = tl.load(qt_ws + chunk * C * K + ok)
         Kt = tl.load(kt_ws + chunk * C * K + ok)
@@ -237,7 +241,7 @@ def _kda_state_kernel(w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC, 
 
 
 @triton.jit
-def _kda_state_kernel_t(w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC, H,
+def _kda_state_kernel_t(w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC, NCS, H,
                         K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr,
                         HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, STATE: tl.constexpr,
                         NUM_STAGES: tl.constexpr):
@@ -259,7 +263,7 @@ def _kda_state_kernel_t(w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC
     o_ptr = o + (b * T * H + h) * V + v0
     okT = r[None, :] * K + dk[:, None]  # [K, C]: a [C,K] tile read transposed
     for c in tl.range(0, NC, num_stages=NUM_STAGES):
-        chunk = pid_bh * NC + c
+        chunk = pid_bh * NCS + c  # NCS: chunk slots per head in the workspace
         Wt = tl.load(w_ws + chunk * C * K + okT)
         Qtt = tl.load(qt_ws + chunk * C * K + okT)
         Kt = tl.load(kt_ws + chunk * C * K + r[:, None] * K + dk[None, :])
@@ -289,17 +293,19 @@ def kda_forward(q, k, v, g, beta, A_log, dt_bias, *, scale=None, lower_bound=-5.
     C = cfg["CHUNK"]
     BV = min(cfg["BV"], V)
     NC = triton.cdiv(T, C)
+    PL = cfg["PREP_LOOP"]
+    NCP = triton.cdiv(NC, PL) * PL  # workspace chunk slots (stage 1 may fill a few past NC)
     dev = q.device
     q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
     A_log = A_log.contiguous()
     dt_bias = dt_bias.contiguous()
     wdt = torch.bfloat16 if cfg["WORKSPACE"] == "bf16" else torch.float32
-    w_ws = torch.empty(B * H, NC, C, K, dtype=wdt, device=dev)
+    w_ws = torch.empty(B * H, NCP, C, K, dtype=wdt, device=dev)
     qt_ws = torch.empty_like(w_ws)
     kt_ws = torch.empty_like(w_ws)
-    u_ws = torch.empty(B * H, NC, C, V, dtype=wdt, device=dev)
-    m_ws = torch.empty(B * H, NC, C, C, dtype=wdt, device=dev)
-    gam_ws = torch.empty(B * H, NC, K, dtype=torch.float32, device=dev)
+    u_ws = torch.empty(B * H, NCP, C, V, dtype=wdt, device=dev)
+    m_ws = torch.empty(B * H, NCP, C, C, dtype=wdt, device=dev)
+    gam_ws = torch.empty(B * H, NCP, K, dtype=torch.float32, device=dev)
     o = torch.empty(B, T, H, V, dtype=torch.bfloat16, device=dev)
     hT = torch.empty(B, H, V, K, dtype=torch.float32, device=dev) if output_final_state else o
     h0 = initial_state.contiguous().float() if initial_state is not None else o
@@ -307,17 +313,17 @@ def kda_forward(q, k, v, g, beta, A_log, dt_bias, *, scale=None, lower_bound=-5.
     state_mode = 2 if interp and cfg["STATE_DOT"] == "bf16" else _MODES[cfg["STATE_DOT"]]
     solve_mode = 0 if interp else _MODES[cfg["SOLVE_DOT"]]
     inv_mode = 0 if interp else _MODES[cfg["INV_DOT"]]
-    _kda_chunk_kernel[(NC, B * H)](
+    _kda_chunk_kernel[(NCP // PL, B * H)](
         q, k, v, g, beta, A_log, dt_bias, w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws,
-        T, NC, H, scale, lower_bound * LOG2E,
+        T, NCP, H, scale, lower_bound * LOG2E,
         K=K, V=V, C=C, NS=C // 16, LOG2NS=int(math.log2(C // 16)),
-        INV_DOUBLING=cfg["INV"] == "doubling", SOLVE=solve_mode, INVP=inv_mode, num_warps=cfg["prep_warps"],
+        INV_DOUBLING=cfg["INV"] == "doubling", SOLVE=solve_mode, INVP=inv_mode, PL=PL, num_warps=cfg["prep_warps"],
     )
     if cfg.get("_stop_after") == "prep":  # profiling knob: time the parallel stage alone
         return o, (hT if output_final_state else None)
     state_kernel = _kda_state_kernel_t if cfg["SEQ"] == "vk" else _kda_state_kernel
     state_kernel[(triton.cdiv(V, BV), B * H)](
-        w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC, H,
+        w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC, NCP, H,
         K=K, V=V, C=C, BV=BV, HAS_H0=initial_state is not None, STORE_HT=output_final_state,
         STATE=state_mode, NUM_STAGES=cfg["num_stages"], num_warps=cfg["num_warps"],
     )
