@@ -1,0 +1,23 @@
+"""Planted: o is always right, but every other call nudges one element of the final state
+by a fifth of its RMS: inside tolerance each time, yet two identical runs disagree (a race
+in the state store)."""
+
+import importlib.util
+from pathlib import Path
+
+# Candidates may not import kdatui: load the plain-torch candidate by its file path.
+_spec = importlib.util.spec_from_file_location(
+    "planted_torch_chunked", Path(__file__).resolve().parents[2] / "kernels" / "kda" / "torch_chunked.py")
+_good = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_good)
+
+_calls = 0
+
+
+def kda_forward(*args, **kwargs):
+    global _calls
+    _calls += 1
+    o, final = _good.kda_forward(*args, **kwargs)
+    if final is not None and _calls % 2 == 0:
+        final[0, 0, 0, 0] += 0.2 * float(final.pow(2).mean().sqrt())
+    return o, final

@@ -1,0 +1,15 @@
+"""Planted: returns the input v itself (a view of it) as o."""
+
+import importlib.util
+from pathlib import Path
+
+# Candidates may not import kdatui: load the plain-torch candidate by its file path.
+_spec = importlib.util.spec_from_file_location(
+    "planted_torch_chunked", Path(__file__).resolve().parents[2] / "kernels" / "kda" / "torch_chunked.py")
+_good = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_good)
+
+
+def kda_forward(q, k, v, *args, **kwargs):
+    _, final = _good.kda_forward(q, k, v, *args, **kwargs)
+    return v.view(v.shape), final
