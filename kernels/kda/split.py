@@ -40,8 +40,9 @@ PARAMS = {
     "WORKSPACE": ("bf16", "fp32"),  # dtype of W, U, Q~, K~, M between the stages
     "SEQ": ("kv", "vk"),  # state held as S [K,BV] or transposed [BV,K] (every product then has M = BV)
 }
-CONFIG = dict(CHUNK=64, BV=32, num_warps=4, num_stages=2, prep_warps=4, PREP_LOOP=1, INV="subst", INV_DOT="ieee", STATE_DOT="bf16",
-              SOLVE_DOT="tf32", WORKSPACE="bf16", SEQ="kv")
+# Defaults: the fastest configuration measured on the H200 (bench/RESULTS.md).
+CONFIG = dict(CHUNK=16, BV=64, num_warps=4, num_stages=2, prep_warps=4, PREP_LOOP=1, INV='doubling',
+              INV_DOT='ieee', STATE_DOT='bf16', SOLVE_DOT='tf32', WORKSPACE='bf16', SEQ='vk')
 
 FAMILY = "split"
 LOG2E = 1.4426950408889634
