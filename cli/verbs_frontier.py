@@ -1,0 +1,354 @@
+"""`kdatui frontier list|show|diff|prune|restore`, `kdatui archive`, `kdatui generalize`.
+
+Each works on the repo of the current directory (git finds its root) and prints what it
+did. Frontier, store and git problems (not a repo, no commits, a dirty tree, an unknown
+member) are one-line errors.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+from .common import EXIT_OK, UserError, load_task_ref, rel_path
+
+
+def _user_errors(fn):
+    @functools.wraps(fn)
+    def run(args):
+        from kdatui.engine.store import FrontierError
+
+        try:
+            return fn(args)
+        except FrontierError as e:
+            raise UserError(str(e)) from None
+
+    return run
+
+
+def _open():
+    from kdatui.engine.frontier import Frontier
+
+    return Frontier.open(Path.cwd())
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.3g}x"
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def _shape_order(fr, task_name: str, members) -> list[str]:
+    info = fr.store.task(task_name)
+    if info:
+        return list(info.shapes)
+    return list(dict.fromkeys(e.shape for m in members for e in fr.evaluations(m)))
+
+
+# --------------------------------------------------------------------------- frontier
+
+
+@_user_errors
+def cmd_list(args) -> int:
+    from rich.table import Table
+
+    con = _console()
+    with _open() as fr:
+        tasks = [args.task] if args.task else fr.store.tasks_with_members()
+        if not tasks:
+            print(f"no frontier members yet in {fr.repo.root}")
+            return EXIT_OK
+        for task_name in tasks:
+            members = fr.members(task_name)
+            info = fr.store.task(task_name)
+            primary = info.primary_shape if info else ""
+            shapes = _shape_order(fr, task_name, members)
+            t = Table(title=f"frontier of {task_name}  (* primary shape; cells: speedup, candidate ms)")
+            t.add_column("member")
+            t.add_column("family")
+            for s in shapes:
+                t.add_column(s + (" *" if s == primary else ""), justify="right")
+            t.add_column("why kept")
+            for m in members:
+                cells = {e.shape: e for e in fr.evaluations(m)}
+                row = [m.name + (" [bold green](best)[/]" if m.best else ""), m.family]
+                for s in shapes:
+                    e = cells.get(s)
+                    if e is None:
+                        row.append("-")
+                    elif e.verdict != "PASS":
+                        row.append(f"[red]{e.verdict}[/]")
+                    else:
+                        row.append(f"{_x(e.speedup)}\n{_ms(e.candidate_ms)} ms")
+                row.append(m.why)
+                t.add_row(*row)
+            con.print(t)
+            pruned = fr.store.members(task_name, states=("pruned",))
+            if pruned:
+                print(f"pruned ({len(pruned)}): {', '.join(m.name for m in pruned)}  "
+                      f"(kdatui frontier restore NAME brings one back)")
+        print(f"index: {rel_path(fr.index_path)}")
+    return EXIT_OK
+
+
+@_user_errors
+def cmd_show(args) -> int:
+    from rich.table import Table
+
+    from kdatui.engine.frontier import pct
+    from kdatui.engine.gitrepo import candidate_dir
+
+    con = _console()
+    with _open() as fr:
+        m = _find_any(fr, args.name, args.task)
+        att = fr.attempt(m.attempt)
+        idea = fr.repo.show_file(m.sha, f"{candidate_dir(m.task)}/IDEA.md") or att.idea
+        state = "" if m.state == "member" else f"  [yellow]({m.state}; kdatui frontier restore {m.name})[/]"
+        con.print(f"[bold]{m.task}/{m.name}[/]  family {m.family}"
+                  + ("  [bold green]best on the primary shape[/]" if m.best else "") + state)
+        print(f"branch:   {m.ref or m.branch}")
+        print(f"commit:   {m.sha}")
+        print(f"attempt:  {att.id} (run {att.run}, parent {att.parent})")
+        print(f"why kept: {m.why}")
+        print()
+        print(idea.strip())
+        print()
+        info = fr.store.task(m.task)
+        primary = info.primary_shape if info else ""
+        evals = fr.evaluations(m)
+        t = Table(title="per-shape timing (paired against the baseline; * primary shape)")
+        for col, just in (("shape", "left"), ("dims", "left"), ("verdict", "left"), ("candidate ms", "right"),
+                          ("baseline ms", "right"), ("speedup", "right"), ("noise", "right"), ("device", "left")):
+            t.add_column(col, justify=just)
+        for e in evals:
+            dims = e.data.get("dims") or {}
+            label = " ".join(f"{k}{v}" for k, v in dims.items())
+            t.add_row(e.shape + (" *" if e.shape == primary else ""), label, _verdict(e.verdict),
+                      _ms(e.candidate_ms), _ms(e.baseline_ms), _x(e.speedup),
+                      pct(e.noise), e.data.get("device", ""))
+        con.print(t)
+        _checks_table(con, evals)
+    return EXIT_OK
+
+
+def _verdict(v: str) -> str:
+    from .render import VERDICT_STYLE
+
+    return f"[{VERDICT_STYLE.get(v, 'white')}]{v}[/]"
+
+
+def _checks_table(con, evals) -> None:
+    from rich.table import Table
+
+    results = {e.shape: {r["probe"]: r for r in ((e.data.get("checks") or {}).get("results") or [])}
+               for e in evals}
+    probes = list(dict.fromkeys(p for rs in results.values() for p in rs))
+    if not probes:
+        print("checks: none recorded")
+        return
+    t = Table(title="checks (verdict, normalized RMS error)")
+    t.add_column("check")
+    for e in evals:
+        t.add_column(e.shape)
+    problems = []
+    for p in probes:
+        row = [p]
+        for e in evals:
+            r = results[e.shape].get(p)
+            if r is None:
+                row.append("-")
+                continue
+            row.append(f"{_verdict(r['verdict'])} {r.get('rms_ratio', 0):.2g}")
+            if r["verdict"] != "PASS":
+                problems.append(f"{e.shape} {p}: {r.get('reason', '')}")
+        t.add_row(*row)
+    con.print(t)
+    for line in problems:
+        print(f"  {line}")
+
+
+def _find_any(fr, name: str, task: str | None):
+    """A live member, else a pruned one of that name."""
+    from kdatui.engine.store import FrontierError
+
+    try:
+        return fr.find(name, task)
+    except FrontierError:
+        try:
+            return fr.find(name, task, states=("pruned",))
+        except FrontierError:
+            pass
+        raise
+
+
+@_user_errors
+def cmd_diff(args) -> int:
+    from kdatui.engine.gitrepo import candidate_dir
+
+    with _open() as fr:
+        a = _find_any(fr, args.a, args.task)
+        b = _find_any(fr, args.b, args.task or a.task)
+        if a.task != b.task:
+            raise UserError(f"{a.name} ({a.task}) and {b.name} ({b.task}) belong to different tasks")
+        print(f"diff {a.ref or a.branch} {b.ref or b.branch} -- {candidate_dir(a.task)}/", file=sys.stderr)
+        text = fr.repo.diff(a.sha, b.sha, f"{candidate_dir(a.task)}/")
+        print(text if text else f"no difference between {a.name} and {b.name}")
+    return EXIT_OK
+
+
+@_user_errors
+def cmd_prune(args) -> int:
+    with _open() as fr:
+        m = fr.prune(args.task, args.name, args.reason or "pruned by the operator")
+        print(f"pruned {m.task}/{m.name}: branch {m.branch} moved to {m.ref} "
+              f"(kdatui frontier restore {m.name} brings it back)")
+        best = [x.name for x in fr.members(m.task) if x.best]
+        if best:
+            print(f"best on the primary shape of {m.task}: {best[0]}")
+    return EXIT_OK
+
+
+@_user_errors
+def cmd_restore(args) -> int:
+    with _open() as fr:
+        m = fr.restore(args.task, args.name)
+        print(f"restored {m.task}/{m.name}: branch {m.branch} at {m.sha[:12]}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- archive
+
+
+@_user_errors
+def cmd_archive(args) -> int:
+    from kdatui.engine.archive import archive_root, cleanup, restore_attempt
+
+    with _open() as fr:
+        if args.restore is not None:
+            att = restore_attempt(fr, args.restore)
+            print(f"restored attempt {att.id}: worktree {att.worktree} on branch {att.branch} ({att.status})")
+            return EXIT_OK
+        reports = cleanup(fr, args.run, keep_events_s=args.keep_events_hours * 3600.0)
+        if not reports:
+            print("no runs to archive")
+        for r in reports:
+            for line in r.lines():
+                print(line)
+        print(f"archive folder: {archive_root() / fr.repo.name}; the frontier branches stay")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- generalize
+
+
+def make_evaluator(task):
+    """The real evaluator (tests replace this function)."""
+    try:
+        from kdatui.engine.evaluator import make_evaluator as make
+    except ImportError as e:
+        raise UserError(f"generalize needs the evaluator (kdatui.engine.evaluator), which cannot be "
+                        f"imported here: {e}") from None
+    return make()
+
+
+@_user_errors
+def cmd_generalize(args) -> int:
+    from kdatui.engine.generalize import generalize, parse_extra_shapes
+
+    from .render import progress_bar
+
+    with _open() as fr:
+        if args.task:
+            task = load_task_ref(args.task)
+            m = fr.find(args.from_, task.name)
+        else:
+            m = fr.find(args.from_, None)
+            info = fr.store.task(m.task)
+            known = info.path if info and info.path and Path(info.path).exists() else None
+            task = load_task_ref(known or m.task)  # else tasks/<task>.toml or a bundled task
+        parse_extra_shapes(task, args.shapes)  # bad shapes fail before any work starts
+        evaluator = make_evaluator(task)
+        try:
+            with progress_bar(f"evaluate {m.name}", quiet=args.quiet) as update:
+                def progress(event=None, *rest):
+                    if isinstance(event, dict) and event.get("total"):
+                        update(event.get("done", 0), event["total"],
+                               f"{event.get('shape', '')} {event.get('label', '')}".strip())
+
+                result = generalize(fr, task, m.name, args.shapes, evaluator=evaluator,
+                                    task_out=args.task_out, new_name=args.name, progress=progress)
+        finally:
+            close = getattr(evaluator, "close", None)
+            if close:
+                close()
+        print(f"wrote task {result.task.name}: {rel_path(result.task_path)} "
+              f"({len(result.task.shapes)} shapes: {', '.join(result.task.shapes)}; primary {result.task.primary_shape})")
+        print(f"seeded its frontier with {result.member}: branch {result.branch} "
+              f"(from {m.branch} at {m.sha[:12]})")
+        for e in result.evaluations:
+            print(f"  {e.shape}: {e.verdict}  {_x(e.speedup)}  candidate {_ms(e.candidate_ms)} ms, "
+                  f"baseline {_ms(e.baseline_ms)} ms" + (f"  ({e.data.get('reason')})" if e.data.get("reason") else ""))
+        if result.failures:
+            print(f"{result.member} fails on {len(result.failures)} shape(s): the search starts from it to fix that")
+        print(f"next: kdatui run {rel_path(result.task_path)}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- registration
+
+
+def register(sub) -> None:
+    s = sub.add_parser("frontier", help="the kept candidates (git branches frontier/<task>/<name>)")
+    fsub = s.add_subparsers(dest="frontier_verb", metavar="ACTION", required=True)
+
+    p = fsub.add_parser("list", help="every member, per shape")
+    p.add_argument("--task", help="only this task's frontier")
+    p.set_defaults(func=cmd_list)
+
+    p = fsub.add_parser("show", help="a member's idea, per-shape timings and checks")
+    p.add_argument("name")
+    p.add_argument("--task", help="the member's task (when several tasks have that name)")
+    p.set_defaults(func=cmd_show)
+
+    p = fsub.add_parser("diff", help="git diff of two members' candidates")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--task")
+    p.set_defaults(func=cmd_diff)
+
+    p = fsub.add_parser("prune", help="move a member's branch to refs/kdatui/pruned/ (restorable)")
+    p.add_argument("name")
+    p.add_argument("--task")
+    p.add_argument("--reason", help="recorded with the prune")
+    p.set_defaults(func=cmd_prune)
+
+    p = fsub.add_parser("restore", help="bring a pruned member back")
+    p.add_argument("name")
+    p.add_argument("--task")
+    p.set_defaults(func=cmd_restore)
+
+    s = sub.add_parser("archive", help="move scratch worktrees, attempt logs and old events to the archive")
+    s.add_argument("--run", help="only this run (default: every run)")
+    s.add_argument("--keep-events-hours", type=float, default=1.0,
+                   help="events newer than this stay in the store (default 1)")
+    s.add_argument("--restore", type=int, metavar="ATTEMPT", help="bring an archived attempt's worktree back")
+    s.set_defaults(func=cmd_archive)
+
+    s = sub.add_parser("generalize", help="a new task with more shapes, seeded from a frontier member")
+    s.add_argument("--from", dest="from_", required=True, metavar="NAME", help="the frontier member")
+    s.add_argument("--shapes", required=True, nargs="+", action="extend", metavar="SPEC",
+                   help="new shapes: B=1,T=4096,H=64[,K=..,V=..], NAME:B=..., or b1_t4096_h64")
+    s.add_argument("--task-out", help="the new task file (default tasks/<new name>.toml)")
+    s.add_argument("--task", help="the member's task file (default: the one the store knows)")
+    s.add_argument("--name", help="the new task's name (default from --task-out)")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_generalize)
