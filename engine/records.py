@@ -25,6 +25,7 @@ class Evaluation:
     device: str = ""
     harness: str = ""
     seconds: dict = field(default_factory=dict)  # {"checks": s, "timing": s, "total": s}
+    log: str = ""  # the worker's last stderr lines when it died or the harness failed (diagnostics)
 
     @property
     def passed(self) -> bool:
