@@ -530,8 +530,8 @@ class Frontier:
         with self.store.transaction():
             self.store.add_evaluations(attempt_id, task.name, list(by_shape.values()))
             self.store.update_attempt(attempt_id, status=verdict, verdict=verdict, reason="; ".join(problems))
-            self.store.event(att.run, "attempt-evaluated", attempt=attempt_id, verdict=verdict,
-                             shapes={s: {"verdict": d["verdict"], "speedup": (d.get("timing") or {}).get("speedup")}
+            self.store.event(att.run, "attempt-evaluated", attempt=attempt_id, name=att.name, family=att.family,
+                             verdict=verdict, shapes={s: {"verdict": d["verdict"], "speedup": (d.get("timing") or {}).get("speedup")}
                                      for s, d in by_shape.items()}, reason="; ".join(problems))
         return self.attempt(attempt_id)
 

@@ -103,15 +103,38 @@ def heads(branch: str) -> str:
 
 
 def ensure_frontier_dir(root: Path) -> Path:
-    """Create `.frontier/` with its .gitignore and README on first use, so running in any
-    repo adds no untracked clutter beyond those two files."""
+    """Create `.frontier/` with its .gitignore and README on first use. In a repo that does
+    not track them (a user's own repo), `.frontier/` also goes into .git/info/exclude — a
+    local ignore, never committed — so kdatui leaves no untracked clutter at all."""
     d = Path(root) / FRONTIER_DIR
+    created = not d.exists()
     d.mkdir(exist_ok=True)
     for name, text in ((".gitignore", FRONTIER_GITIGNORE), ("README.md", FRONTIER_README)):
         p = d / name
         if not p.exists():
             p.write_text(text)
+    if created:
+        _exclude_locally(Path(root))
     return d
+
+
+def _exclude_locally(root: Path) -> None:
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", f"{FRONTIER_DIR}/README.md"], cwd=root,
+                             capture_output=True).returncode == 0
+    if tracked:
+        return
+    git_dir = subprocess.run(["git", "rev-parse", "--git-common-dir"], cwd=root, capture_output=True,
+                             text=True).stdout.strip()
+    if not git_dir:
+        return
+    exclude = (root / git_dir / "info" / "exclude") if not Path(git_dir).is_absolute() else Path(git_dir) / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    lines = exclude.read_text().splitlines() if exclude.exists() else []
+    if f"/{FRONTIER_DIR}/" not in lines:
+        with open(exclude, "a") as f:
+            f.write(f"/{FRONTIER_DIR}/\n")
 
 
 @dataclass

@@ -354,6 +354,28 @@ class Store:
             self._pending.append(ev)
         return ev
 
+    def add_events(self, events: list[dict]) -> None:
+        """Record a batch of events the engine has already broadcast (agent output, progress):
+        one transaction and one append per events.jsonl for the batch; listeners are not
+        called again. Each event carries run, ts, kind and its data."""
+        if not events:
+            return
+        meta = ("run", "ts", "kind", "seq", "id", "at")
+        rows = [(e.get("run"), e["ts"], e["kind"], json.dumps({k: v for k, v in e.items() if k not in meta},
+                                                               default=str)) for e in events]
+        with self.transaction():
+            self.conn.executemany("INSERT INTO events (run, ts, kind, json) VALUES (?, ?, ?, ?)", rows)
+        by_run: dict = {}
+        for e in events:
+            by_run.setdefault(e.get("run"), []).append(json.dumps(e, default=str) + "\n")
+        for run, lines in by_run.items():
+            path = self.events_path(run)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                f.write("".join(lines))
+                f.flush()
+
     def events_path(self, run: str | None) -> Path:
         return self.runs_dir / (run or OPERATOR_RUN) / "events.jsonl"
 
@@ -572,4 +594,8 @@ def pid_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # a zombie (killed, not yet reaped: common where PID 1 reaps nothing) is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

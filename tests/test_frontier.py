@@ -161,9 +161,9 @@ def test_admission_flow_in_a_repo_keeps_best_families_and_prunes_the_dominated(f
     assert pruned[0]["name"] == "split-bv64" and "dominated by split-bv32" in pruned[0]["reason"]
     lines = (repo / ".frontier" / "runs" / run / "events.jsonl").read_text().splitlines()
     assert [json.loads(x)["kind"] for x in lines].count("admission-decision") == 5
-    # the user's tree gets nothing but .frontier's README and .gitignore
-    assert git(repo, "status", "--porcelain", "-uall").splitlines() == ["?? .frontier/.gitignore",
-                                                                       "?? .frontier/README.md"]
+    # the user's tree gets no clutter: .frontier/ is excluded locally (.git/info/exclude)
+    assert git(repo, "status", "--porcelain", "-uall").splitlines() == []
+    assert "/.frontier/" in (repo / ".git" / "info" / "exclude").read_text().splitlines()
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"
 
 

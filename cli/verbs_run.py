@@ -1,0 +1,209 @@
+"""`kdatui run`, `attach`, `status`, `pause`, `resume`, `note`, `stop`: the engine's
+process and the CLI clients of its control socket."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .common import EXIT_FAILED, EXIT_OK, UserError, load_task_ref
+
+START_TIMEOUT_S = 120.0
+
+
+def _frontier_dir(create: bool = False) -> Path:
+    """The .frontier/ of the git repo around the current directory."""
+    from kdatui.engine.gitrepo import FRONTIER_DIR, GitRepo, ensure_frontier_dir
+
+    repo = GitRepo.open(Path.cwd())
+    try:
+        root = repo.root
+    finally:
+        repo.close()
+    return ensure_frontier_dir(root) if create else root / FRONTIER_DIR
+
+
+def _client(timeout: float | None = 30.0):
+    from kdatui.engine.protocol import Client, EngineUnavailable, socket_path
+
+    try:
+        return Client(socket_path(_frontier_dir()), timeout=timeout)
+    except EngineUnavailable as e:
+        raise UserError(f"{e}; start one with `kdatui run TASK`") from None
+
+
+def _request(cmd: str, **args) -> dict:
+    from kdatui.engine.protocol import EngineError, EngineUnavailable
+
+    try:
+        with _client(timeout=None if cmd in ("generalize", "recheck", "archive", "evaluate") else 30.0) as c:
+            return c.request(cmd, **args)
+    except EngineError as e:
+        raise UserError(str(e)) from None
+    except EngineUnavailable as e:
+        raise UserError(str(e)) from None
+
+
+# --------------------------------------------------------------------------- run
+
+def start_engine(task_ref: str, agent: str, budget: str | None, *, resume: str | None = None) -> dict:
+    """Start the engine in its own session (it outlives this terminal) and wait until it
+    answers on its socket. Returns its status."""
+    from kdatui.engine.daemon import read_lock
+    from kdatui.engine.protocol import Client, EngineUnavailable, socket_path
+
+    task = load_task_ref(task_ref)
+    fdir = _frontier_dir(create=True)
+    live = read_lock(fdir)
+    if live:
+        raise UserError(f"a run is live in this repo: {live.get('run')} on {live.get('task')} "
+                        f"(engine pid {live.get('pid')}); `kdatui attach` to watch it, `kdatui stop` to stop it")
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{task.name}"
+    log_dir = fdir / "runs" / run_id
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = open(log_dir / "engine.log", "ab")
+    cmd = [sys.executable, "-m", "kdatui.engine.daemon", "--repo", str(fdir.parent), "--task",
+           str(Path(task.path).resolve()), "--agent", agent, "--run-id", run_id]
+    if budget:
+        cmd += ["--budget", budget]
+    if resume:
+        cmd += ["--resume", resume]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True, cwd=fdir.parent)
+    log.close()
+    deadline = time.time() + START_TIMEOUT_S
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            tail = (log_dir / "engine.log").read_text(errors="replace").strip().splitlines()[-3:]
+            raise UserError("the engine did not start: " + (" | ".join(tail) or f"exit status {proc.returncode}"))
+        try:
+            with Client(socket_path(fdir), timeout=5) as c:
+                return c.request("status")
+        except (EngineUnavailable, OSError):
+            time.sleep(0.2)
+    raise UserError(f"the engine did not answer within {START_TIMEOUT_S:.0f} s; see {log_dir / 'engine.log'}")
+
+
+def cmd_run(args) -> int:
+    if args.budget:
+        from kdatui.engine.loop import Budget
+
+        try:
+            Budget.parse(args.budget)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    st = start_engine(args.task, args.agent, args.budget, resume=args.resume)
+    print(f"run {st['run']} started on {st['task']} (engine pid {st['pid']}, agent {st['agent']}, "
+          f"device {st['device']})")
+    if args.detach:
+        print("it runs in the background: `kdatui status`, `kdatui attach`, `kdatui stop`")
+        return EXIT_OK
+    return attach()
+
+
+def attach() -> int:
+    try:
+        from kdatui.tui.app import run_tui
+    except ImportError:
+        return follow()
+    from kdatui.engine.protocol import socket_path
+
+    return run_tui(socket_path(_frontier_dir())) or EXIT_OK
+
+
+def follow() -> int:
+    """Print the event stream (no TUI): Ctrl-C detaches, the run goes on."""
+    try:
+        with _client(timeout=None) as c:
+            for ev in c.events(backlog=50):
+                print(f"{time.strftime('%H:%M:%S', time.localtime(ev['ts']))} {ev.get('text', ev['kind'])}",
+                      flush=True)
+    except KeyboardInterrupt:
+        print("\ndetached; the run goes on")
+    except Exception as e:  # the engine went away
+        print(f"the engine went away ({e})")
+    return EXIT_OK
+
+
+def cmd_attach(args) -> int:
+    _request("status")  # a clear error when nothing runs
+    return follow() if args.follow else attach()
+
+
+# --------------------------------------------------------------------------- clients
+
+def _fmt_status(st: dict) -> str:
+    best = st.get("best")
+    att = st["attempts"]
+    b = st.get("budget") or {}
+    budget = ", ".join(f"{v:g} {k}" for k, v in b.items() if v) or "none"
+    lines = [
+        f"run       {st['run']}  (task {st['task']}, {st['phase']}, agent {st['agent']}, pid {st['pid']})",
+        f"state     {st['state']}" + (f": {st['why']}" if st.get("why") else ""),
+        f"elapsed   {st['elapsed_s'] / 60:.1f} min of budget {budget}",
+        f"attempts  {att['total']} ({att['evaluated']} evaluated, {att['admitted']} admitted); "
+        f"{st['members']} frontier members",
+        f"best      " + (f"{best['name']} {best['speedup']:.2f}x on {best['shape']}" if best else "none yet"),
+        f"device    {st['device']}",
+    ]
+    if st.get("current"):
+        cur = st["current"]
+        lines.append(f"now       #{cur.get('attempt')} {cur.get('stage')}: {cur.get('detail', '')}")
+    if st.get("next_cleanup_s") is not None:
+        lines.append(f"cleanup   in {st['next_cleanup_s'] / 3600:.1f} h")
+    return "\n".join(lines)
+
+
+def cmd_status(args) -> int:
+    st = _request("status")
+    print(json.dumps(st, indent=2) if args.json else _fmt_status(st))
+    return EXIT_OK
+
+
+def _simple(cmd: str, **kw):
+    def run(args) -> int:
+        extra = {k: getattr(args, k) for k in kw}
+        res = _request(cmd, **extra)
+        print(f"{cmd}: " + ", ".join(f"{k}={v}" for k, v in res.items()) if res else f"{cmd}: done")
+        return EXIT_OK
+    return run
+
+
+def cmd_note(args) -> int:
+    res = _request("note", text=" ".join(args.text))
+    print(f"note queued for the agent's next turn ({res['pending']} pending)")
+    return EXIT_OK
+
+
+def register(sub) -> None:
+    s = sub.add_parser("run", help="start a run of a task in the background and attach to it")
+    s.add_argument("task", help="task file or name")
+    s.add_argument("--agent", default="builtin", help="builtin, or a configured command agent (NAME[,NAME...])")
+    s.add_argument("--budget", help="e.g. 6h, 90m, 50attempts, or 2h,50attempts (default: the task's)")
+    s.add_argument("--detach", action="store_true", help="start and return; the run goes on")
+    s.add_argument("--resume", metavar="RUN", help="resume this run instead of starting one")
+    s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("attach", help="attach to the live run of this repo")
+    s.add_argument("--follow", action="store_true", help="print the event stream instead of the TUI")
+    s.set_defaults(func=cmd_attach)
+
+    s = sub.add_parser("status", help="state of the live run")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_status)
+
+    for verb, what in (("pause", "pause the run after the current step"), ("resume", "resume a paused run"),
+                       ("stop", "stop the run (the engine exits)")):
+        s = sub.add_parser(verb, help=what)
+        s.set_defaults(func=_simple(verb))
+
+    s = sub.add_parser("note", help="leave the agent a note (it reads it on its next turn)")
+    s.add_argument("text", nargs="+")
+    s.set_defaults(func=cmd_note)
+
+
+__all__ = ["register", "start_engine", "attach", "EXIT_FAILED"]

@@ -1,0 +1,56 @@
+"""A minimal Python agent for engine tests: proposes the plain-torch candidate under a few
+names (each a new attempt), so a run's mechanics are exercised fast on the CPU."""
+
+from pathlib import Path
+
+from kdatui.engine.agents.base import Agent, Plan, TurnResult
+
+TORCH = Path(__file__).resolve().parents[2] / "kernels" / "kda" / "torch_chunked.py"
+
+
+class TorchAgent(Agent):
+    name = "torch-test"
+
+    def __init__(self):
+        self.n = 0
+
+    def plan(self, ctx):
+        self.n += 1
+        best = next((m for m in ctx.members if m.best), None)
+        return Plan(family="torch", name=f"chunk{16 * self.n}", parent=best.name if best else None,
+                    idea=f"torch: plain chunked form, try {self.n}")
+
+    def work(self, ctx, plan, worktree, candidate_dir):
+        ctx.log(f"writing {plan.name} (notes: {ctx.notes})")
+        src = TORCH.read_text().replace("CHUNK = 32", f"CHUNK = {16 * self.n}")
+        (candidate_dir / "kernel.py").write_text(src)
+        (candidate_dir / "IDEA.md").write_text(f"family: torch\n\n{plan.idea}\n")
+        return TurnResult(True)
+
+
+SLOW_KERNEL = '''
+import time
+from pathlib import Path
+import importlib.util
+
+_spec = importlib.util.spec_from_file_location("torch_chunked_slow", {path!r})
+_mod = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_mod)
+
+
+def kda_forward(*args, **kwargs):
+    time.sleep(0.15)  # slow enough that an evaluation is caught in flight
+    return _mod.kda_forward(*args, **kwargs)
+'''
+
+
+class SlowAgent(TorchAgent):
+    """Like TorchAgent, but its candidates take a few seconds to evaluate."""
+
+    name = "slow-test"
+
+    def work(self, ctx, plan, worktree, candidate_dir):
+        (candidate_dir / "torch_chunked.py").write_text(TORCH.read_text())
+        (candidate_dir / "kernel.py").write_text(SLOW_KERNEL.format(path=str(candidate_dir / "torch_chunked.py")))
+        (candidate_dir / "IDEA.md").write_text(f"family: torch\n\n{plan.idea} (slow)\n")
+        return TurnResult(True)

@@ -1,0 +1,135 @@
+"""The engine as a user drives it: `kdatui run --detach` in a git repo, the CLI clients of
+its control socket, and a kill -9 in the middle of an evaluation.
+
+These use small Python agents (tests/agents_py/) on the tiny task so each run takes seconds;
+the built-in agent on the CPU task is exercised in test_engine_builtin.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tests" / "tasks" / "tiny.toml"
+AGENTS = ROOT / "tests" / "agents_py"
+TORCH_AGENT = f"python:{AGENTS / 'torch_agent.py'}:TorchAgent"
+SLOW_AGENT = f"python:{AGENTS / 'torch_agent.py'}:SlowAgent"
+
+
+def kdatui(repo: Path, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    p = subprocess.run([sys.executable, "-m", "kdatui", *args], cwd=repo, capture_output=True, text=True,
+                       timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if check and p.returncode != 0:
+        raise AssertionError(f"kdatui {' '.join(args)} -> {p.returncode}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def status(repo: Path) -> dict:
+    return json.loads(kdatui(repo, "status", "--json").stdout)
+
+
+def wait_for(repo: Path, pred, timeout: float = 120, what: str = "") -> dict:
+    deadline = time.time() + timeout
+    st = None
+    while time.time() < deadline:
+        try:
+            st = status(repo)
+            if pred(st):
+                return st
+        except AssertionError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}; last status {st}")
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = tmp_path / "repo"
+    r.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=r, check=True)
+    (r / "tiny.toml").write_text(TINY.read_text())
+    subprocess.run(["git", "add", "."], cwd=r, check=True)
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"], cwd=r, check=True)
+    yield r
+    kdatui(r, "stop", check=False, timeout=30)
+    lock = r / ".frontier" / "engine.lock"
+    deadline = time.time() + 20
+    while time.time() < deadline:  # let the engine exit before the folder goes away
+        from kdatui.engine.daemon import read_lock
+
+        if not lock.exists() or read_lock(lock.parent) is None:
+            break
+        time.sleep(0.2)
+
+
+def test_detached_run_spends_its_budget_and_leaves_a_frontier(repo):
+    out = kdatui(repo, "run", "tiny.toml", "--agent", TORCH_AGENT, "--budget", "3attempts", "--detach").stdout
+    assert "started" in out
+    st = wait_for(repo, lambda s: s["state"] == "finished", what="the budget to be spent")
+    assert st["why"] == "budget spent: 3 attempts"
+    assert st["attempts"]["evaluated"] == 3 and st["members"] >= 1 and st["best"]["speedup"] > 0
+    sock = repo / ".frontier" / "control.sock"
+    assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+    events = (repo / ".frontier" / "runs" / st["run"] / "events.jsonl").read_text().splitlines()
+    kinds = {json.loads(line)["kind"] for line in events}
+    assert {"run-started", "attempt-proposed", "attempt-evaluated", "admitted", "agent-output"} <= kinds
+    # the user's repo shows no untracked clutter
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == ""
+    # one engine per repo
+    second = kdatui(repo, "run", "tiny.toml", "--agent", TORCH_AGENT, "--detach", check=False)
+    assert second.returncode == 2 and "a run is live" in second.stderr and st["run"] in second.stderr
+
+
+def test_pause_note_resume_and_stop_over_the_socket(repo):
+    kdatui(repo, "run", "tiny.toml", "--agent", TORCH_AGENT, "--budget", "40attempts", "--detach")
+    wait_for(repo, lambda s: s["attempts"]["evaluated"] >= 1, what="a first attempt")
+    assert "paused" in kdatui(repo, "pause").stdout
+    st = wait_for(repo, lambda s: s["state"] == "paused" and s["current"] is None, what="the pause")
+    n = st["attempts"]["total"]
+    time.sleep(1.5)
+    assert status(repo)["attempts"]["total"] == n, "a paused run starts no attempt"
+    kdatui(repo, "note", "try", "a", "smaller", "chunk")
+    assert status(repo)["notes_pending"] == 1
+    kdatui(repo, "resume")
+    wait_for(repo, lambda s: s["attempts"]["total"] > n and s["notes_pending"] == 0, what="the next attempt")
+    events = (repo / ".frontier" / "runs" / st["run"] / "events.jsonl").read_text()
+    assert "try a smaller chunk" in events  # delivered to the agent's next turn (it logs its notes)
+    kdatui(repo, "stop")
+    deadline = time.time() + 30
+    while (repo / ".frontier" / "control.sock").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    assert not (repo / ".frontier" / "control.sock").exists()
+    gone = kdatui(repo, "status", check=False)
+    assert gone.returncode == 2 and "no engine" in gone.stderr
+
+
+def test_kill_9_mid_evaluation_then_run_again_resumes(repo):
+    kdatui(repo, "run", "tiny.toml", "--agent", SLOW_AGENT, "--budget", "3attempts", "--detach")
+    st = wait_for(repo, lambda s: (s["current"] or {}).get("stage") in ("check", "timing") and
+                  s["attempts"]["evaluated"] >= 1, what="an evaluation in flight", timeout=180)
+    run_id, pid, victim = st["run"], st["pid"], st["current"]["attempt"]
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(1.0)
+    out = kdatui(repo, "run", "tiny.toml", "--agent", SLOW_AGENT, "--budget", "3attempts", "--detach").stdout
+    assert run_id in out, "the crashed run is resumed, not replaced"
+    st = wait_for(repo, lambda s: s["state"] == "finished", what="the resumed run to finish", timeout=240)
+    assert st["run"] == run_id
+    events = [json.loads(line) for line in
+              (repo / ".frontier" / "runs" / run_id / "events.jsonl").read_text().splitlines()]
+    assert any(e["kind"] == "attempt-resumed" and e["attempt"] == victim for e in events)
+    evaluated = [e for e in events if e["kind"] == "attempt-evaluated" and e["attempt"] == victim]
+    assert evaluated, "the interrupted attempt was evaluated again, not lost"
+    # the store opens and every member has its commit
+    from kdatui.engine.frontier import Frontier
+
+    with Frontier.open(repo, recover=False) as fr:
+        for m in fr.members("tiny"):
+            assert m.sha and fr.repo.sha(m.sha) == m.sha
