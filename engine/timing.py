@@ -1,10 +1,10 @@
 """Paired timing: baseline and candidate alternate in one process, trial by trial.
 
-Each trial draws fresh inputs, warms both up, then times `repeats` calls of each with
-the L2 cache flushed before every call (a write of a buffer larger than L2), on device
-events (GPU) or the host clock (CPU). A trial's figure is the median of its calls; the
-result is the median over trials, with the spread (max - min) / median. The order of
-the two alternates between trials so neither always runs on a warmer chip.
+Each trial draws fresh inputs, warms both up, then times `repeats` calls of each,
+interleaved call by call in alternating order (B C C B B C ...), with the L2 cache flushed
+before every call (a write of a buffer larger than L2), on device events (GPU) or the
+host clock (CPU). A trial's figure is the median of its calls; the result is the median
+over trials, with the spread (max - min) / median.
 """
 
 from __future__ import annotations
@@ -95,22 +95,24 @@ def paired_timing(baseline: Callable[[Any], Any], candidate: Callable[[Any], Any
         if progress:
             progress(trial, trials, f"trial {trial + 1}/{trials}")
         x = make_inputs(trial)
-        order = ("baseline", "candidate") if trial % 2 == 0 else ("candidate", "baseline")
-        for side in order:
-            fn = fns[side]
+        for side in ("baseline", "candidate"):
             for _ in range(warmup):
-                fn(x)
-            out = None
-
-            def call():
-                nonlocal out
-                out = fn(x)
-
-            samples = [timer(call) for _ in range(repeats)]
-            times[side].append(statistics.median(samples))
-            if side == "candidate" and keep_last is not None and trial == trials - 1:
-                keep_last(x, out)
-        del x
+                fns[side](x)
+        samples: dict[str, list[float]] = {"baseline": [], "candidate": []}
+        outs: dict = {}
+        for r in range(repeats):
+            # Call by call, in alternating order: a drift of the chip's clock or temperature
+            # during the trial lands on both sides alike instead of on whichever ran second.
+            order = ("baseline", "candidate") if (r + trial) % 2 == 0 else ("candidate", "baseline")
+            for side in order:
+                def call(side=side):
+                    outs[side] = fns[side](x)
+                samples[side].append(timer(call))
+        for side in ("baseline", "candidate"):
+            times[side].append(statistics.median(samples[side]))
+        if keep_last is not None and trial == trials - 1:
+            keep_last(x, outs.get("candidate"))
+        del x, outs
     if progress:
         progress(trials, trials, "timed")
     b, c = _side(times["baseline"]), _side(times["candidate"])
