@@ -3,6 +3,7 @@ Triton interpreter on, the CPU task, and a tiny task for fast checks."""
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,12 @@ TASKS = Path(__file__).resolve().parents[1] / "tasks"
 # machine their spin-waits made the suite ~10x slower (5 s alone, 55 s under load).
 torch.set_num_threads(1)
 
+# Without a GPU, Triton kernels run through the interpreter. It must be on before any kernel
+# module is imported (also at collection time): triton.jit decides when it decorates.
+HAS_GPU = torch.cuda.is_available()
+if not HAS_GPU:
+    os.environ["TRITON_INTERPRET"] = "1"
+
 
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path_factory, monkeypatch):
@@ -25,7 +32,8 @@ def isolated_env(tmp_path_factory, monkeypatch):
     the user's ~/.config) and runs Triton through the interpreter."""
     config = tmp_path_factory.mktemp("kdatui-config")
     monkeypatch.setenv("KDATUI_CONFIG_DIR", str(config))
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if not HAS_GPU:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # likewise for worker subprocesses
     yield config
 

@@ -57,11 +57,11 @@ def _dot(a, b, MODE: tl.constexpr):
     elif MODE == 2:
         r = tl.dot(a.to(tl.bfloat16).to(tl.float32), b.to(tl.bfloat16).to(tl.float32))
     elif MODE == 3:
-        r = tl.dot(a, b, input_precision="ieee")
+        r = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     elif MODE == 4:
-        r = tl.dot(a, b, input_precision="tf32x3")
-    else:
-        r = tl.dot(a, b)
+        r = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32x3")
+    else:  # fp32 operands (a bf16 workspace tile is widened first)
+        r = tl.dot(a.to(tl.float32), b.to(tl.float32))
     return r
 
 
