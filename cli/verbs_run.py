@@ -88,7 +88,19 @@ def start_engine(task_ref: str, agent: str, budget: str | None, *, resume: str |
     raise UserError(f"the engine did not answer within {START_TIMEOUT_S:.0f} s; see {log_dir / 'engine.log'}")
 
 
+def default_task() -> str:
+    """The primary task on a GPU; without one, the CPU task through the Triton interpreter."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "kda_fwd_b1_t8192_h96"
+    print("no GPU here: running the CPU task (kda_fwd_cpu) through the Triton interpreter "
+          "(TRITON_INTERPRET=1); its timings are CPU figures, not GPU ones", file=sys.stderr)
+    return "kda_fwd_cpu"
+
+
 def cmd_run(args) -> int:
+    args.task = args.task or default_task()
     if args.budget:
         from kdatui.engine.loop import Budget
 
@@ -102,6 +114,9 @@ def cmd_run(args) -> int:
     if args.detach:
         print("it runs in the background: `kdatui status`, `kdatui attach`, `kdatui stop`")
         return EXIT_OK
+    if not sys.stdout.isatty():
+        print("(no terminal: printing the event stream; Ctrl-C detaches, the run goes on)")
+        return follow()
     return attach()
 
 
@@ -181,7 +196,8 @@ def cmd_note(args) -> int:
 
 def register(sub) -> None:
     s = sub.add_parser("run", help="start a run of a task in the background and attach to it")
-    s.add_argument("task", help="task file or name")
+    s.add_argument("task", nargs="?", help="task file or name (default: kda_fwd_b1_t8192_h96 on a GPU, "
+                                           "kda_fwd_cpu without one)")
     s.add_argument("--agent", default="builtin", help="builtin, or a configured command agent (NAME[,NAME...])")
     s.add_argument("--budget", help="e.g. 6h, 90m, 50attempts, or 2h,50attempts (default: the task's)")
     s.add_argument("--detach", action="store_true", help="start and return; the run goes on")

@@ -157,6 +157,9 @@ class WorkerProcess:
         if device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU worker must not touch a GPU
             env["TRITON_INTERPRET"] = "1"
+            # The interpreter runs small numpy tiles: extra BLAS/OpenMP threads only fight each
+            # other (and the engine) for the cores; one thread is several times faster.
+            env.setdefault("OMP_NUM_THREADS", "1")
         else:
             env["CUDA_VISIBLE_DEVICES"] = device
             env.pop("TRITON_INTERPRET", None)
