@@ -83,7 +83,7 @@ class Engine:
         from .agents import make_agent
         from .evaluator import make_evaluator
 
-        self.agent = make_agent(agent, self.task)
+        self.agent = make_agent(agent, self.task, repo=self.fr.repo.root)
         self.evaluator = make_evaluator()
         self.sock_path = socket_path(self.dir)
         self.loop = RunLoop(self.fr, self.evaluator, self.agent, self.bus, self.task, run.id, self.budget,

@@ -205,6 +205,7 @@ class RunLoop:
             result = TurnResult(False, f"the agent raised {type(e).__name__}: {e}")
         self.attempts_done += 1
         if not result.ok:
+            self.current = None
             self._failed_turn(att.id, result.reason)
             return
         self.failed_turns = 0

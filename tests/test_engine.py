@@ -133,3 +133,44 @@ def test_kill_9_mid_evaluation_then_run_again_resumes(repo):
     with Frontier.open(repo, recover=False) as fr:
         for m in fr.members("tiny"):
             assert m.sha and fr.repo.sha(m.sha) == m.sha
+
+
+SCRIPTED = ROOT / "tests" / "agents" / "scripted_agent.py"
+
+
+def _configure_scripted(repo: Path, mode: str) -> None:
+    (repo / ".frontier").mkdir(exist_ok=True)
+    (repo / ".frontier" / "config.toml").write_text(
+        f'[agents.scripted]\ncommand = "{sys.executable} {SCRIPTED} {{prompt_file}} --mode {mode} --chunk 0"\n'
+        f'timeout_s = 60\n')
+
+
+def test_a_coding_agent_cli_is_driven_evaluated_admitted_and_reads_notes(repo):
+    _configure_scripted(repo, "ok")
+    kdatui(repo, "run", "tiny.toml", "--agent", "scripted", "--budget", "30attempts", "--detach")
+    st = wait_for(repo, lambda s: s["attempts"]["admitted"] >= 1, what="an admitted attempt")
+    kdatui(repo, "pause")
+    st = wait_for(repo, lambda s: s["state"] == "paused" and s["current"] is None, what="the pause")
+    kdatui(repo, "note", "prefer the split family")
+    n = st["attempts"]["total"]
+    kdatui(repo, "resume")
+    wait_for(repo, lambda s: s["attempts"]["total"] > n, what="the next turn")
+    kdatui(repo, "pause")
+    events = [json.loads(line) for line in
+              (repo / ".frontier" / "runs" / st["run"] / "events.jsonl").read_text().splitlines()]
+    proposed = [e["attempt"] for e in events if e["kind"] == "attempt-proposed"]
+    prompt = (repo / ".frontier" / "worktrees" / str(proposed[n]) / "PROMPT.md").read_text()
+    assert "prefer the split family" in prompt, "the operator's note is in the next PROMPT.md"
+    lines = [e["text"] for e in events if e["kind"] == "agent-output"]
+    assert lines and not any(line.lstrip().startswith('{"type"') for line in lines), \
+        "stream-json is rendered into readable lines"
+    members = json.loads(kdatui(repo, "status", "--json").stdout)["members"]
+    assert members >= 1
+
+
+def test_three_failed_agent_turns_pause_the_run_with_the_reason(repo):
+    _configure_scripted(repo, "fail")
+    kdatui(repo, "run", "tiny.toml", "--agent", "scripted", "--budget", "30attempts", "--detach")
+    st = wait_for(repo, lambda s: s["state"] == "paused", what="the pause after three failures")
+    assert "3 failed agent turns in a row" in st["why"]
+    assert st["attempts"]["total"] == 3 and st["attempts"]["admitted"] == 0

@@ -66,7 +66,9 @@ def main() -> int:
     ap.add_argument("prompt_file")
     ap.add_argument("--mode", default=os.environ.get("SCRIPTED_AGENT_MODE", "ok"),
                     choices=("ok", "fail", "hang", "noop"))
-    ap.add_argument("--chunk", type=int, default=16)
+    ap.add_argument("--chunk", type=int, default=16,
+                    help="chunk size to write; 0: the next of 16, 32, 64, 8 after the one in the folder "
+                         "(a new kernel every turn, as a real agent would write)")
     ap.add_argument("--pidfile")
     args = ap.parse_args()
 
@@ -94,6 +96,12 @@ def main() -> int:
         return 0
 
     folder = Path(candidate_folder(prompt))
+    if args.chunk == 0:
+        sizes = [16, 32, 64, 8]
+        have = folder / "kernel.py"
+        m = re.search(r"^CHUNK = (\d+)", have.read_text(), re.M) if have.exists() else None
+        now = int(m.group(1)) if m else None
+        args.chunk = sizes[(sizes.index(now) + 1) % len(sizes)] if now in sizes else sizes[0]
     socket = os.environ.get("KDATUI_ENGINE_SOCKET")
     if socket:
         assistant({"type": "text", "text": f"The run's engine listens on {socket}."})
