@@ -37,3 +37,16 @@ def say_device(device: str, quiet: bool) -> None:
         print(f"device: {torch.cuda.get_device_name()}", file=sys.stderr)
 
 
+
+
+def frontier_dir(create: bool = False) -> Path:
+    """The .frontier/ of the git repo around the current directory (a clear error outside
+    a repo)."""
+    from kdatui.engine.gitrepo import FRONTIER_DIR, GitRepo, ensure_frontier_dir
+
+    repo = GitRepo.open(Path.cwd())
+    try:
+        root = repo.root
+    finally:
+        repo.close()
+    return ensure_frontier_dir(root) if create else root / FRONTIER_DIR

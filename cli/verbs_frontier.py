@@ -11,7 +11,7 @@ import functools
 import sys
 from pathlib import Path
 
-from .common import EXIT_OK, UserError, load_task_ref, rel_path
+from .common import EXIT_FAILED, EXIT_OK, UserError, frontier_dir, load_task_ref, rel_path
 
 
 def _user_errors(fn):
@@ -205,8 +205,36 @@ def cmd_diff(args) -> int:
     return EXIT_OK
 
 
+def _live_engine():
+    """A client of this repo's live engine, or None. With an engine running, actions go
+    through it: it serializes them with the run and owns the GPU (the evaluator)."""
+    from kdatui.engine.protocol import Client, EngineUnavailable, socket_path
+
+    try:
+        return Client(socket_path(frontier_dir()), timeout=None)
+    except (EngineUnavailable, OSError):
+        return None
+
+
+def _via_engine(cmd: str, **args) -> dict | None:
+    from kdatui.engine.protocol import EngineError
+
+    client = _live_engine()
+    if client is None:
+        return None
+    with client:
+        try:
+            return client.request(cmd, **args)
+        except EngineError as e:
+            raise UserError(str(e)) from None
+
+
 @_user_errors
 def cmd_prune(args) -> int:
+    if args.task is None and (res := _via_engine("prune", name=args.name)) is not None:
+        print(f"pruned {res['name']} (by the live engine): moved to {res['ref']} "
+              f"(kdatui frontier restore {res['name']} brings it back)")
+        return EXIT_OK
     with _open() as fr:
         m = fr.prune(args.task, args.name, args.reason or "pruned by the operator")
         print(f"pruned {m.task}/{m.name}: branch {m.branch} moved to {m.ref} "
@@ -219,6 +247,9 @@ def cmd_prune(args) -> int:
 
 @_user_errors
 def cmd_restore(args) -> int:
+    if args.task is None and (res := _via_engine("restore", name=args.name)) is not None:
+        print(f"restored {res['name']} (by the live engine): branch {res['branch']}")
+        return EXIT_OK
     with _open() as fr:
         m = fr.restore(args.task, args.name)
         print(f"restored {m.task}/{m.name}: branch {m.branch} at {m.sha[:12]}")
@@ -232,6 +263,11 @@ def cmd_restore(args) -> int:
 def cmd_archive(args) -> int:
     from kdatui.engine.archive import archive_root, cleanup, restore_attempt
 
+    if args.restore is None and args.run is None and (res := _via_engine("archive")) is not None:
+        for line in res.get("lines") or ["nothing to archive"]:
+            print(line)
+        print(f"(done by the live engine) archive folder: {archive_root()}; the frontier branches stay")
+        return EXIT_OK
     with _open() as fr:
         if args.restore is not None:
             att = restore_attempt(fr, args.restore)
@@ -266,6 +302,21 @@ def cmd_generalize(args) -> int:
 
     from .render import progress_bar
 
+    if not args.task and not args.name and (client := _live_engine()) is not None:
+        from kdatui.engine.protocol import EngineError
+
+        print(f"the live engine generalizes {args.from_} (it re-checks it on every shape; this waits)...")
+        with client:
+            try:
+                res = client.request("generalize", shapes=list(args.shapes), task_out=args.task_out,
+                                     **{"from": args.from_})
+            except EngineError as e:
+                raise UserError(str(e)) from None
+        print(f"wrote task {res['task']}: {rel_path(res['task_file'])}; its frontier starts with {res['member']}; "
+              f"the engine continues the search on it in run {res['run']}")
+        for f in res.get("failures") or []:
+            print(f"  fails on {f}")
+        return EXIT_OK
     with _open() as fr:
         if args.task:
             task = load_task_ref(args.task)
@@ -303,6 +354,32 @@ def cmd_generalize(args) -> int:
     return EXIT_OK
 
 
+@_user_errors
+def cmd_recheck(args) -> int:
+    """Re-check and re-time a member on every shape of its task."""
+    res = _via_engine("recheck", name=args.name) if not args.task else None
+    if res is not None:
+        cells = res.get("cells", {})
+    else:
+        from kdatui.engine.generalize import recheck
+
+        with _open() as fr:
+            m = fr.find(args.name, load_task_ref(args.task).name if args.task else None)
+            info = fr.store.task(m.task)
+            task = load_task_ref(args.task or (info.path if info and info.path and Path(info.path).exists()
+                                               else m.task))
+            evaluator = make_evaluator(task)
+            try:
+                evs = recheck(fr, task, m.name, evaluator=evaluator)
+            finally:
+                evaluator.close()
+        cells = {e.shape: {"verdict": e.verdict, "speedup": e.speedup, "ms": e.candidate_ms} for e in evs}
+    print(f"rechecked {args.name}:")
+    for shape, c in cells.items():
+        print(f"  {shape}: {c['verdict']}  {_x(c.get('speedup'))}  {_ms(c.get('ms'))} ms")
+    return EXIT_OK if all(c["verdict"] == "PASS" for c in cells.values()) else EXIT_FAILED
+
+
 # --------------------------------------------------------------------------- registration
 
 
@@ -335,6 +412,11 @@ def register(sub) -> None:
     p.add_argument("name")
     p.add_argument("--task")
     p.set_defaults(func=cmd_restore)
+
+    s = sub.add_parser("recheck", help="re-check and re-time a member on every shape of its task")
+    s.add_argument("name")
+    s.add_argument("--task", help="the member's task (default: found from the name)")
+    s.set_defaults(func=cmd_recheck)
 
     s = sub.add_parser("archive", help="move scratch worktrees, attempt logs and old events to the archive")
     s.add_argument("--run", help="only this run (default: every run)")

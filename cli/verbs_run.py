@@ -10,28 +10,16 @@ import sys
 import time
 from pathlib import Path
 
-from .common import EXIT_FAILED, EXIT_OK, UserError, load_task_ref
+from .common import EXIT_FAILED, EXIT_OK, UserError, frontier_dir, load_task_ref
 
 START_TIMEOUT_S = 120.0
-
-
-def _frontier_dir(create: bool = False) -> Path:
-    """The .frontier/ of the git repo around the current directory."""
-    from kdatui.engine.gitrepo import FRONTIER_DIR, GitRepo, ensure_frontier_dir
-
-    repo = GitRepo.open(Path.cwd())
-    try:
-        root = repo.root
-    finally:
-        repo.close()
-    return ensure_frontier_dir(root) if create else root / FRONTIER_DIR
 
 
 def _client(timeout: float | None = 30.0):
     from kdatui.engine.protocol import Client, EngineUnavailable, socket_path
 
     try:
-        return Client(socket_path(_frontier_dir()), timeout=timeout)
+        return Client(socket_path(frontier_dir()), timeout=timeout)
     except EngineUnavailable as e:
         raise UserError(f"{e}; start one with `kdatui run TASK`") from None
 
@@ -57,7 +45,7 @@ def start_engine(task_ref: str, agent: str, budget: str | None, *, resume: str |
     from kdatui.engine.protocol import Client, EngineUnavailable, socket_path
 
     task = load_task_ref(task_ref)
-    fdir = _frontier_dir(create=True)
+    fdir = frontier_dir(create=True)
     live = read_lock(fdir)
     if live:
         raise UserError(f"a run is live in this repo: {live.get('run')} on {live.get('task')} "
@@ -127,7 +115,7 @@ def attach() -> int:
         return follow()
     from kdatui.engine.protocol import socket_path
 
-    return run_tui(socket_path(_frontier_dir())) or EXIT_OK
+    return run_tui(socket_path(frontier_dir())) or EXIT_OK
 
 
 def follow() -> int:

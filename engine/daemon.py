@@ -259,8 +259,10 @@ class Engine:
         m = self.fr.restore(self.loop.task.name, name)
         return {"name": m.name, "branch": m.branch}
 
-    def _job(self, name: str, timeout: float | None = None, **args):
-        fut = self.control.submit(name, **args)
+    def _job(self, job: str, timeout: float | None = None, **args):
+        """Run an operator action in the loop's thread, between attempts (it may need the
+        evaluator), and wait for its result."""
+        fut = self.control.submit(job, **args)
         return fut.result(timeout=timeout)
 
     def cmd_archive(self) -> dict:

@@ -110,8 +110,8 @@ class RunControl:
     def stopping(self) -> bool:
         return self.state in ("stopping", "stopped")
 
-    def submit(self, name: str, **args) -> Future:
-        job = Job(name, args)
+    def submit(self, job_name: str, **args) -> Future:
+        job = Job(job_name, args)
         self.jobs.put(job)
         with self.cond:
             self.cond.notify_all()

@@ -174,3 +174,33 @@ def test_three_failed_agent_turns_pause_the_run_with_the_reason(repo):
     st = wait_for(repo, lambda s: s["state"] == "paused", what="the pause after three failures")
     assert "3 failed agent turns in a row" in st["why"]
     assert st["attempts"]["total"] == 3 and st["attempts"]["admitted"] == 0
+
+
+def test_prune_recheck_archive_and_generalize_go_through_the_live_engine(repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("KDATUI_ARCHIVE_DIR", str(tmp_path / "archive"))
+    kdatui(repo, "run", "tiny.toml", "--agent", TORCH_AGENT, "--budget", "3attempts", "--detach")
+    st = wait_for(repo, lambda s: s["state"] == "finished", what="the budget to be spent")
+    best = st["best"]["name"]
+
+    out = kdatui(repo, "recheck", best).stdout
+    assert f"rechecked {best}" in out and "PASS" in out
+
+    out = kdatui(repo, "archive").stdout
+    assert "live engine" in out
+    assert not list((repo / ".frontier" / "worktrees").glob("[0-9]*")), "scratch worktrees archived"
+    assert any((tmp_path / "archive").rglob("*")), "the archive folder holds the logs"
+
+    out = kdatui(repo, "generalize", "--from", best, "--shapes", "B=1,T=33,H=2,K=16,V=16").stdout
+    assert "wrote task" in out
+    st = wait_for(repo, lambda s: s["task"] != "tiny", what="the run on the generalized task")
+    assert st["phase"].startswith("generalized") and st["members"] >= 1
+    new_task = (repo / "tasks" / f"{st['task']}.toml").read_text()
+    assert "b1_t33_h2_k16_v16" in new_task and "b1_t20_h2_k16_v16" in new_task
+
+    kdatui(repo, "pause")
+    wait_for(repo, lambda s: s["state"] == "paused" and s["current"] is None, what="the pause")
+    victim = status(repo)["best"]["name"]
+    kdatui(repo, "frontier", "prune", victim)
+    refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/kdatui/pruned/"], cwd=repo,
+                          capture_output=True, text=True).stdout
+    assert f"refs/kdatui/pruned/{st['task']}/{victim}" in refs
