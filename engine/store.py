@@ -369,24 +369,21 @@ class Store:
         for e in events:
             by_run.setdefault(e.get("run"), []).append(json.dumps(e, default=str) + "\n")
         for run, lines in by_run.items():
-            path = self.events_path(run)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a") as f:
-                fcntl.flock(f, fcntl.LOCK_EX)
-                f.write("".join(lines))
-                f.flush()
+            self._append_lines(run, lines)
 
     def events_path(self, run: str | None) -> Path:
         return self.runs_dir / (run or OPERATOR_RUN) / "events.jsonl"
 
     def _append_jsonl(self, ev: dict) -> None:
-        path = self.events_path(ev["run"])
+        self._append_lines(ev["run"], [json.dumps(ev, default=str) + "\n"])
+
+    def _append_lines(self, run: str | None, lines: list[str]) -> None:
+        path = self.events_path(run)
         path.parent.mkdir(parents=True, exist_ok=True)
-        line = json.dumps(ev, default=str) + "\n"
         with open(path, "a") as f:
             # another process may be rewriting the file (archive): take its lock
             fcntl.flock(f, fcntl.LOCK_EX)
-            f.write(line)
+            f.write("".join(lines))
             f.flush()
 
     def events(self, run: str | None = ..., *, kinds: tuple[str, ...] = (), before: float | None = None,
