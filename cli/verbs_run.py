@@ -118,13 +118,24 @@ def attach() -> int:
     return run_tui(socket_path(frontier_dir())) or EXIT_OK
 
 
-def follow() -> int:
-    """Print the event stream (no TUI): Ctrl-C detaches, the run goes on."""
+FINAL_EVENTS = ("budget", "run-stopped")  # the run finished (budget, nothing left) or stopped
+
+
+def follow(until_finished: bool = True) -> int:
+    """Print the event stream (no TUI) until the run finishes; Ctrl-C detaches, the run
+    goes on."""
     try:
         with _client(timeout=None) as c:
             for ev in c.events(backlog=50):
                 print(f"{time.strftime('%H:%M:%S', time.localtime(ev['ts']))} {ev.get('text', ev['kind'])}",
                       flush=True)
+                if until_finished and ev["kind"] in FINAL_EVENTS and ev["ts"] > time.time() - 5:
+                    print()
+                    try:
+                        print(_fmt_status(_request("status")))
+                    except UserError:
+                        print("the run stopped; the engine is gone")
+                    return EXIT_OK
     except KeyboardInterrupt:
         print("\ndetached; the run goes on")
     except Exception as e:  # the engine went away
