@@ -1,0 +1,2 @@
+"""The TUI's widgets, grouped by feature: header, frontier tree, timing matrix, loop log,
+candidate details."""

@@ -1,0 +1,3 @@
+from .tree import FrontierTree, member_label
+
+__all__ = ["FrontierTree", "member_label"]
