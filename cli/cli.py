@@ -29,20 +29,29 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_OK
     from kdatui.engine.candidate import CandidateError
+    from kdatui.engine.store import FrontierError
     from kdatui.engine.task import TaskError
 
     try:
+        if not getattr(args, "func", None):  # `kdatui` alone: the live run, or the tasks
+            from .verbs_run import start_or_attach
+
+            try:
+                return start_or_attach()
+            except (UserError, FrontierError):
+                parser.print_help()
+                return EXIT_OK
         return args.func(args)
-    except (UserError, TaskError, CandidateError) as e:
+    except (UserError, TaskError, CandidateError, FrontierError) as e:
         print(f"kdatui: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("kdatui: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `kdatui status | head`: the reader left; nothing to say
+        sys.stderr.close()
+        return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -109,13 +109,36 @@ def cmd_run(args) -> int:
 
 
 def attach() -> int:
-    try:
-        from kdatui.tui.app import run_tui
-    except ImportError:
-        return follow()
-    from kdatui.engine.protocol import socket_path
+    """The TUI on the live run; `q` detaches (the run goes on)."""
+    from kdatui.engine.protocol import EngineUnavailable, socket_path
+    from kdatui.tui import run_tui
 
-    return run_tui(socket_path(frontier_dir())) or EXIT_OK
+    try:
+        how = run_tui(socket_path(frontier_dir()))
+    except EngineUnavailable as e:
+        raise UserError(f"{e}; start one with `kdatui run TASK`") from None
+    print({"detached": "detached; the run goes on (`kdatui attach` to come back, `kdatui stop` to stop it)",
+           "stopped": "the run is stopped",
+           "lost": "the engine went away; `kdatui run TASK` resumes its run"}.get(how, how))
+    return EXIT_OK
+
+
+def start_or_attach() -> int:
+    """`kdatui` alone: attach to the live run, or offer the tasks to start one."""
+    from kdatui.engine.daemon import read_lock
+
+    if read_lock(frontier_dir()) is not None:
+        return attach()
+    if not sys.stdin.isatty() or not sys.stdout.isatty():
+        raise UserError("no live run here; start one with `kdatui run [TASK]` (see `kdatui --help`)")
+    from kdatui.tui import pick_task
+
+    task = pick_task()
+    if task is None:
+        return EXIT_OK
+    st = start_engine(str(task), "builtin", None)
+    print(f"run {st['run']} started on {st['task']}")
+    return attach()
 
 
 FINAL_EVENTS = ("budget", "run-stopped")  # the run finished (budget, nothing left) or stopped

@@ -185,8 +185,8 @@ class Engine:
     # ------------------------------------------------------------ commands
 
     def handle(self, cmd: str, args: dict):
-        if cmd not in COMMANDS and cmd != "candidate":
-            raise ValueError(f"unknown command {cmd!r}; commands: {', '.join(COMMANDS)}, candidate")
+        if cmd not in COMMANDS:
+            raise ValueError(f"unknown command {cmd!r}; commands: {', '.join(COMMANDS)}")
         return getattr(self, f"cmd_{cmd}")(**args)
 
     def cmd_status(self) -> dict:
@@ -228,19 +228,21 @@ class Engine:
         return kind() if callable(kind) else "?"
 
     def cmd_pause(self) -> dict:
+        busy = self.loop.current is not None
         self.control.pause()
         self.fr.set_run_state(self.loop.run_id, "paused", reason="paused by the operator")
-        return {"state": self.control.state, "note": "takes effect after the current step"}
+        text = "paused" + (" (after the current step)" if busy else "")
+        return {"state": self.control.state, "text": text}
 
     def cmd_resume(self) -> dict:
         self.control.resume()
         self.fr.set_run_state(self.loop.run_id, "running", reason="resumed by the operator")
-        return {"state": self.control.state}
+        return {"state": self.control.state, "text": "resumed"}
 
     def cmd_stop(self) -> dict:
         self.control.stop("stopped by the operator")
         self.bus.emit("run-stopping", "stopping: by the operator")
-        return {"state": self.control.state}
+        return {"state": self.control.state, "text": "stopping the run; the engine exits"}
 
     def cmd_note(self, text: str = "") -> dict:
         text = text.strip()
@@ -249,15 +251,16 @@ class Engine:
         with self.control.cond:
             self.control.notes.append(text)
         self.fr.store.event(self.loop.run_id, "note", text=f"note to the agent: {text}", note=text)
-        return {"pending": len(self.control.notes)}
+        n = len(self.control.notes)
+        return {"pending": n, "text": f"note queued for the agent's next turn ({n} pending)"}
 
     def cmd_prune(self, name: str) -> dict:
         m = self.fr.prune(self.loop.task.name, name, "pruned by the operator")
-        return {"name": m.name, "ref": m.ref}
+        return {"name": m.name, "ref": m.ref, "text": f"pruned {m.name}: moved to {m.ref} (restorable)"}
 
     def cmd_restore(self, name: str) -> dict:
         m = self.fr.restore(self.loop.task.name, name)
-        return {"name": m.name, "branch": m.branch}
+        return {"name": m.name, "branch": m.branch, "text": f"restored {m.name} to {m.branch}"}
 
     def _job(self, job: str, timeout: float | None = None, **args):
         """Run an operator action in the loop's thread, between attempts (it may need the
@@ -266,7 +269,10 @@ class Engine:
         return fut.result(timeout=timeout)
 
     def cmd_archive(self) -> dict:
-        return self._job("archive", timeout=600)
+        res = self._job("archive", timeout=600)
+        lines = res.get("lines") or []
+        return {**res, "text": f"archived: {lines[0]}" + (f" (+{len(lines) - 1} more)" if len(lines) > 1 else "")
+                if lines else "archive: nothing to archive"}
 
     def cmd_generalize(self, shapes: list[str], task_out: str | None = None, **kw) -> dict:
         source = kw.get("from") or kw.get("source")
@@ -276,11 +282,21 @@ class Engine:
                 raise ValueError("generalize: no member to generalize from (name one with 'from')")
             source = best["name"]
         self.fr.find(source, self.loop.task.name)  # a clear error now, not after the queue
-        return self._job("generalize", source=source, shapes=list(shapes), task_out=task_out)
+        from .generalize import parse_extra_shapes
+
+        parse_extra_shapes(self.loop.task, list(shapes))  # bad shapes: an error before any work
+        res = self._job("generalize", source=source, shapes=list(shapes), task_out=task_out)
+        return {**res, "text": f"generalized {source} to {res['task']}; the search continues there"}
 
     def cmd_recheck(self, name: str) -> dict:
-        self.fr.find(name, self.loop.task.name)
-        return self._job("recheck", name=name)
+        if name.startswith("attempt:"):
+            self.fr.attempt(int(name.split(":", 1)[1]))  # a clear error now, not after the queue
+        else:
+            self.fr.find(name, self.loop.task.name)
+        res = self._job("recheck", name=name)
+        return {**res, "text": f"rechecked {name}: " + ", ".join(
+            f"{s} {c['verdict']}" + (f" {c['speedup']:.2f}x" if c.get("speedup") else "")
+            for s, c in res["cells"].items())}
 
     def cmd_evaluate(self, candidate: str, shapes: list[str] | None = None, checks_only: bool = False) -> dict:
         """An agent's `kdatui check`/`bench` inside its turn: through the run's evaluator."""
@@ -311,31 +327,34 @@ class Engine:
         the diff against the parent and the source."""
         task = self.loop.task
         rel = candidate_dir(task.name)
+        extra: dict = {}
         if name is not None:
             m = self.fr.find(name, task.name)
             att = self.fr.attempt(m.attempt)
-            sha, kernel = m.sha, self.fr.repo.show_file(m.sha, f"{rel}/kernel.py")
+            kernel = self.fr.repo.show_file(m.sha, f"{rel}/kernel.py")
             idea = self.fr.repo.show_file(m.sha, f"{rel}/IDEA.md") or att.idea
             evs = self.fr.evaluations(m)
+            extra = {"branch": m.branch, "sha": m.sha, "why": m.why, "status": "member"}
+            title = m.name
         elif attempt is not None:
             att = self.fr.attempt(int(attempt))
             cdir = self.fr.candidate_path(att)
             kernel = _read(cdir / "kernel.py") if cdir else None
+            if kernel is None and att.branch:  # archived: the source is on its archive ref
+                kernel = self.fr.repo.show_file(att.branch, f"{rel}/kernel.py")
             idea = (_read(cdir / "IDEA.md") if cdir else None) or att.idea
-            sha = None
             evs = self.fr.store.evaluations(att.id, task.name)
+            extra = {"branch": att.branch, "status": att.status}
+            title = f"#{att.id} {att.name}"
         else:
             raise ValueError("candidate: give a member name or an attempt id")
         parent_src = self.fr.repo.show_file(att.parent_sha, f"{rel}/kernel.py") if att.parent_sha else None
-        diff = _unified(parent_src or "", kernel or "", f"{att.parent}:kernel.py", f"{att.name}:kernel.py")
-        checks, timings = {}, {}
-        for e in evs:
-            checks[e.shape] = e.data.get("checks")
-            timings[e.shape] = e.data.get("timing")
-        return {"name": att.name, "attempt": att.id, "family": att.family, "sha": sha, "parent": att.parent,
-                "idea": idea, "status": att.status, "verdict": att.verdict, "reason": att.reason,
-                "cells": {e.shape: _cell(e) for e in evs}, "checks": checks, "timings": timings,
-                "diff": diff, "kernel": kernel or ""}
+        diff = _unified(parent_src or "", kernel or "", f"{att.parent}:kernel.py", f"{title}:kernel.py")
+        return {"name": title, "attempt": att.id, "family": att.family, "parent": att.parent, "idea": idea,
+                "reason": att.reason, "verdict": att.verdict, **extra,
+                "checks": [e.data["checks"] for e in evs if e.data.get("checks")],
+                "timings": {e.shape: e.data.get("timing") for e in evs},
+                "cells": {e.shape: _cell(e) for e in evs}, "diff": diff, "kernel": kernel or ""}
 
     def cmd_subscribe(self, backlog: int = 500) -> dict:  # handled by the server (it owns the stream)
         return {}

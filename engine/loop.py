@@ -356,15 +356,32 @@ class RunLoop:
         return self.archive("operator")
 
     def job_recheck(self, name: str) -> dict:
+        """Re-check and re-time a member (from its commit) or an attempt (`attempt:<id>`,
+        from its worktree) on every shape of the task; the new evaluations are recorded."""
         from .generalize import recheck
 
         self.current = {"attempt": None, "stage": "recheck", "detail": name}
-        with self.eval_lock:
-            evs = recheck(self.fr, self.task, name, evaluator=self.evaluator, progress=self._progress(0))
-        self.current = None
-        cells = {e.shape: {"verdict": e.verdict, "speedup": e.speedup, "ms": e.candidate_ms} for e in evs}
+        try:
+            if name.startswith("attempt:"):
+                att = self.fr.attempt(int(name.split(":", 1)[1]))
+                cdir = self.fr.candidate_path(att)
+                if cdir is None or not (cdir / "kernel.py").exists():
+                    raise FrontierError(f"attempt {att.id} has no worktree (archived?): "
+                                        f"`kdatui archive --restore {att.id}` brings it back")
+                with self.eval_lock:
+                    evs = self.evaluator.evaluate(self.task, cdir, None, progress=self._progress(att.id))
+                with self.fr.store.transaction():
+                    self.fr.store.add_evaluations(att.id, self.task.name, [e.to_dict() for e in evs])
+                cells = {e.shape: {"verdict": e.verdict, "speedup": e.speedup, "ms": e.candidate_ms} for e in evs}
+            else:
+                with self.eval_lock:
+                    evs = recheck(self.fr, self.task, name, evaluator=self.evaluator, progress=self._progress(0))
+                cells = {e.shape: {"verdict": e.verdict, "speedup": e.speedup, "ms": e.candidate_ms} for e in evs}
+        finally:
+            self.current = None
         self.bus.emit("rechecked", f"rechecked {name}: " + ", ".join(
-            f"{s} {c['verdict']} {c['speedup'] or 0:.2f}x" for s, c in cells.items()), name=name, cells=cells)
+            f"{s} {c['verdict']}" + (f" {c['speedup']:.2f}x" if c["speedup"] else "") for s, c in cells.items()),
+            name=name, cells=cells)
         return {"name": name, "cells": cells}
 
     def job_generalize(self, source: str, shapes: list[str], task_out: str | None = None) -> dict:

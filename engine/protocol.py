@@ -12,10 +12,13 @@ Requests (client -> engine), one JSON object per line:
     {"cmd": "recheck", "name": "split-bv64-c16"}                 (a member, or "attempt:<id>")
     {"cmd": "evaluate", "candidate": "/path", "shapes": [...], "checks_only": false}
     {"cmd": "snapshot"}                  everything a view needs at once (see below)
+    {"cmd": "candidate", "name": "split-bv64-c16"} or {"cmd": "candidate", "attempt": 12}
     {"cmd": "subscribe", "backlog": 500} then stream events
 
 Replies (engine -> client): {"id": 7, "ok": true, "result": {...}} or
-{"id": 7, "ok": false, "error": "one line saying what was wrong"}. After `subscribe`
+{"id": 7, "ok": false, "error": "one line saying what was wrong"}. The result of an
+action (pause, resume, stop, note, prune, restore, archive, generalize, recheck) carries a
+one-line `text` saying what was done. After `subscribe`
 the engine also sends {"event": {...}} lines, first the backlog, then live events, until
 the client disconnects. An event is {"seq", "ts", "run", "kind", ...data}.
 
@@ -30,6 +33,11 @@ the client disconnects. An event is {"seq", "ts", "run", "kind", ...data}.
 "cells": {shape: cell}}], "attempts": [{"id", "family", "name", "status", "verdict",
 "parent", "idea", "reason", "cells": {shape: cell}}] (the last 50), "baseline": name,
 "notes": [...]} where a cell is {"verdict", "speedup", "ms", "baseline_ms", "noise"}.
+
+`candidate` result: {"name", "attempt", "family", "parent" ("base" or a branch), "status",
+"branch", "sha", "why" (members), "idea" (IDEA.md), "checks": [CheckReport dict per shape],
+"timings": {shape: PairedTiming dict with each side's trial_ms}, "diff" (unified diff of
+kernel.py against the parent), "kernel" (its source), "cells": {shape: cell}}.
 
 Event kinds (the `kind` field) the engine emits; each carries a human `text` field too:
   run-started run-resumed run-paused run-resumed run-stopping run-stopped
@@ -51,7 +59,7 @@ from typing import Iterator
 
 SOCKET_NAME = "control.sock"
 COMMANDS = ("status", "pause", "resume", "stop", "note", "prune", "restore", "archive", "generalize",
-            "recheck", "evaluate", "snapshot", "subscribe")
+            "recheck", "evaluate", "snapshot", "subscribe", "candidate")
 MAX_LINE = 16 << 20
 
 
