@@ -205,7 +205,7 @@ def _simple(cmd: str, **kw):
     def run(args) -> int:
         extra = {k: getattr(args, k) for k in kw}
         res = _request(cmd, **extra)
-        print(f"{cmd}: " + ", ".join(f"{k}={v}" for k, v in res.items()) if res else f"{cmd}: done")
+        print(res.get("text") or (f"{cmd}: " + ", ".join(f"{k}={v}" for k, v in res.items()) if res else f"{cmd}: done"))
         return EXIT_OK
     return run
 

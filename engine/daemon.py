@@ -225,7 +225,8 @@ class Engine:
                 if dev:
                     return dev
         kind = getattr(self.evaluator, "device_kind", None)
-        return kind() if callable(kind) else "?"
+        kind = kind() if callable(kind) else kind
+        return {"cpu": "cpu (Triton interpreter)", "cuda": "cuda"}.get(kind, kind or "?")
 
     def cmd_pause(self) -> dict:
         busy = self.loop.current is not None

@@ -246,7 +246,7 @@ class RunLoop:
             self.fr.consider(self.task, att.id)  # emits admission-decision (and admitted, pruned)
         self.current = None
 
-    def _progress(self, attempt_id: int):
+    def _progress(self, attempt_id: int | None):
         """Forward the evaluator's progress (check i of n, trial j of m) as events, at most
         ~20 a second, so a view shows where an evaluation's time goes."""
         last = [0.0]
@@ -267,7 +267,9 @@ class RunLoop:
                       f"{ev.get('label', '')}").strip()
             self.current = {"attempt": attempt_id, "stage": ev.get("phase", "evaluating"), "detail": detail,
                             "done": ev.get("done"), "total": ev.get("total")}
-            self.bus.emit("eval-progress", f"#{attempt_id} {detail}", attempt=attempt_id,
+            who = f"#{attempt_id}" if attempt_id else "operator job:"
+            self.bus.emit("eval-progress", f"{who} {detail}", attempt=attempt_id,
+                          stage=ev.get("phase"), i=ev.get("done"), n=ev.get("total"),
                           **{k: ev.get(k) for k in ("shape", "phase", "step", "steps", "label", "done", "total")})
         return progress
 
@@ -375,7 +377,7 @@ class RunLoop:
                 cells = {e.shape: {"verdict": e.verdict, "speedup": e.speedup, "ms": e.candidate_ms} for e in evs}
             else:
                 with self.eval_lock:
-                    evs = recheck(self.fr, self.task, name, evaluator=self.evaluator, progress=self._progress(0))
+                    evs = recheck(self.fr, self.task, name, evaluator=self.evaluator, progress=self._progress(None))
                 cells = {e.shape: {"verdict": e.verdict, "speedup": e.speedup, "ms": e.candidate_ms} for e in evs}
         finally:
             self.current = None
@@ -392,7 +394,7 @@ class RunLoop:
         self.current = {"attempt": None, "stage": "generalize", "detail": f"{source} -> {', '.join(shapes)}"}
         with self.eval_lock:
             g = generalize(self.fr, self.task, source, shapes, evaluator=self.evaluator, task_out=task_out,
-                           progress=self._progress(0))
+                           progress=self._progress(None))
         self.current = None
         old = self.run_id
         self.fr.set_run_state(old, "stopped", reason=f"generalized to {g.task.name}")

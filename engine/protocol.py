@@ -43,7 +43,8 @@ Event kinds (the `kind` field) the engine emits; each carries a human `text` fie
   run-started run-resumed run-paused run-resumed run-stopping run-stopped
   attempt-proposed attempt-evaluating attempt-evaluated attempt-error
   agent-output (line) agent-turn (ok, reason)
-  eval-progress (attempt, shape, stage, i, n, label)
+  eval-progress (attempt, shape, stage, i, n, label: step i of n of this shape's evaluation;
+                 also phase/step/steps within the stage)
   admitted rejected pruned restored archived generalized rechecked
   note cleanup budget error
 """
