@@ -374,13 +374,12 @@ class RunLoop:
                     evs = self.evaluator.evaluate(self.task, cdir, None, progress=self._progress(att.id))
                 with self.fr.store.transaction():
                     self.fr.store.add_evaluations(att.id, self.task.name, [e.to_dict() for e in evs])
-                cells = {e.shape: {"verdict": e.verdict, "speedup": e.speedup, "ms": e.candidate_ms} for e in evs}
             else:
                 with self.eval_lock:
                     evs = recheck(self.fr, self.task, name, evaluator=self.evaluator, progress=self._progress(None))
-                cells = {e.shape: {"verdict": e.verdict, "speedup": e.speedup, "ms": e.candidate_ms} for e in evs}
         finally:
             self.current = None
+        cells = {e.shape: _cell(e) for e in evs}
         self.bus.emit("rechecked", f"rechecked {name}: " + ", ".join(
             f"{s} {c['verdict']}" + (f" {c['speedup']:.2f}x" if c["speedup"] else "") for s, c in cells.items()),
             name=name, cells=cells)
