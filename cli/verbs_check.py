@@ -13,18 +13,18 @@ def cmd_tasks(args) -> int:
 
     from kdatui.engine.task import TaskError, discover_tasks, load_task
 
-    table = Table(title="task files", show_lines=False)
-    for col in ("task", "file", "primary", "shapes"):
-        table.add_column(col)
+    table = Table(title="task files (* the primary shape)", show_lines=True)
+    for col in ("task", "shapes", "B", "T", "H", "K", "V"):
+        table.add_column(col, justify="right" if len(col) == 1 else "left")
     for path in discover_tasks():
         try:
             t = load_task(path)
         except TaskError as e:
-            table.add_row(path.stem, rel_path(path), "-", f"[red]invalid: {e}[/red]")
+            table.add_row(f"{path.stem}\n{rel_path(path)}", f"[red]invalid: {e}[/red]", *[""] * 5)
             continue
-        shapes = "\n".join(f"{'*' if n == t.primary_shape else ' '} {n}: {s.label()}"
-                           for n, s in t.shapes.items())
-        table.add_row(t.name, rel_path(path), t.primary_shape, shapes)
+        names = "\n".join(f"{'*' if n == t.primary_shape else ' '} {n}" for n in t.shapes)
+        dims = {k: "\n".join(str(getattr(sh, k)) for sh in t.shapes.values()) for k in "BTHKV"}
+        table.add_row(f"{t.name}\n{rel_path(path)}", names, *dims.values())
     Console().print(table)
     return EXIT_OK
 
