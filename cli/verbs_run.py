@@ -4,7 +4,6 @@ process and the CLI clients of its control socket."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -184,7 +183,7 @@ def _fmt_status(st: dict) -> str:
         f"elapsed   {st['elapsed_s'] / 60:.1f} min of budget {budget}",
         f"attempts  {att['total']} ({att['evaluated']} evaluated, {att['admitted']} admitted); "
         f"{st['members']} frontier members",
-        f"best      " + (f"{best['name']} {best['speedup']:.2f}x on {best['shape']}" if best else "none yet"),
+        "best      " + (f"{best['name']} {best['speedup']:.2f}x on {best['shape']}" if best else "none yet"),
         f"device    {st['device']}",
     ]
     if st.get("current"):

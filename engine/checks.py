@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 
 from . import candidate as cand
-from .probes import ProbeInputs, Tolerance, make_probe, perturb_, probe_names, tolerance_for
+from .probes import ProbeInputs, Tolerance, make_probe, perturb_, probe_names
 from .task import Shape, Task
 
 HARNESS_VERSION = "1"
@@ -157,10 +157,10 @@ def poisoned_allocations(device: str):
     """Make every freshly allocated floating-point tensor start as NaN, so an output
     element the candidate never writes shows up as non-finite."""
     if device.startswith("cuda"):
-        # Pre-fill the caching allocator with NaN blocks that later allocations reuse.
+        # Pre-fill the caching allocator with NaN blocks that later allocations reuse: the
+        # tensor is freed at once, its block stays cached, NaN-filled.
         free, _ = torch.cuda.mem_get_info()
-        junk = torch.full((min(free // 8, 1 << 30) // 4,), float("nan"), device=device)
-        del junk
+        torch.full((min(free // 8, 1 << 30) // 4,), float("nan"), device=device)
     names = ("empty", "empty_like", "empty_strided")
     saved = {n: getattr(torch, n) for n in names}
     saved_new_empty = torch.Tensor.new_empty

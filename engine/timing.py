@@ -112,7 +112,7 @@ def paired_timing(baseline: Callable[[Any], Any], candidate: Callable[[Any], Any
             times[side].append(statistics.median(samples[side]))
         if keep_last is not None and trial == trials - 1:
             keep_last(x, outs.get("candidate"))
-        del x, outs
+        x = outs = None  # free this trial's inputs before the next are drawn
     if progress:
         progress(trials, trials, "timed")
     b, c = _side(times["baseline"]), _side(times["candidate"])

@@ -25,6 +25,8 @@ import socket
 import tempfile
 import threading
 import time
+
+import pytest
 from pathlib import Path
 
 from kdatui.engine.protocol import SOCKET_NAME, encode
@@ -542,3 +544,20 @@ def settled(app) -> bool:
 
 async def ready(pilot):
     await until(pilot, lambda: settled(pilot.app), what="the first snapshot and the event backlog")
+
+
+# ---------------------------------------------------------------------------- fixtures
+# Imported by the TUI test modules: `from fake_engine import fake, utc`.
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch):
+    use_utc(monkeypatch)
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.fixture
+def fake():
+    with FakeEngine(demo_state()) as engine:
+        yield engine

@@ -7,14 +7,14 @@ process over a real Unix socket, so the TUI's client code is exercised as in a r
 
 from __future__ import annotations
 
-import time
 
 import pytest
 from rich.text import Text
 from textual.command import CommandPalette
 from textual.widgets import DataTable, Input, SelectionList
 
-from fake_engine import T0, FakeEngine, aio, cell, demo_state, make_app, ready, until, use_utc
+from fake_engine import T0, FakeEngine, aio, cell, demo_state, make_app, ready, until
+from fake_engine import fake, utc  # noqa: F401  (fixtures: the fake engine, clocks in UTC)
 from kdatui.tui.app import answer_text, load_keymap
 from kdatui.tui.client import EventFeed
 from kdatui.tui.commands import ACTIONS
@@ -30,18 +30,6 @@ from kdatui.tui.widgets.matrix import cell_text, matrix_rows
 SIZE = (100, 30)
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    use_utc(monkeypatch)
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
-@pytest.fixture
-def fake():
-    with FakeEngine(demo_state()) as engine:
-        yield engine
 
 
 def header_text(app) -> str:

@@ -7,29 +7,14 @@ Update after an intended change of the look: `pytest tests/test_tui_snapshots.py
 
 from __future__ import annotations
 
-import time
-
-import pytest
-
-from fake_engine import FakeEngine, demo_state, make_app, ready, until, use_utc
+from fake_engine import make_app, ready, until
+from fake_engine import fake, utc  # noqa: F401  (fixtures: the fake engine, clocks in UTC)
 from kdatui.tui.screens.candidate import CandidateScreen
 from kdatui.tui.screens.dialogs import GeneralizeDialog
 
 SMALL, LARGE = (80, 24), (140, 40)
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    use_utc(monkeypatch)
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
-@pytest.fixture
-def fake():
-    with FakeEngine(demo_state()) as engine:
-        yield engine
 
 
 async def on_candidate(pilot, tab: str | None = None):
