@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import EXIT_FAILED, EXIT_OK, UserError, frontier_dir, load_task_ref
+from .common import EXIT_OK, UserError, frontier_dir, load_task_ref
 
 START_TIMEOUT_S = 120.0
 
@@ -243,4 +243,4 @@ def register(sub) -> None:
     s.set_defaults(func=cmd_note)
 
 
-__all__ = ["register", "start_engine", "attach", "EXIT_FAILED"]
+__all__ = ["register", "start_engine", "attach", "follow", "start_or_attach"]

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from .events import EventBus
-from .gitrepo import FRONTIER_DIR, candidate_dir
-from .loop import Budget, RunControl, RunLoop, _cell
+from .gitrepo import candidate_dir
+from .loop import Budget, RunControl, RunLoop, cell_of
 from .protocol import COMMANDS, encode, socket_path
 from .store import FrontierError
 from .task import TaskError, load_task
@@ -314,12 +314,12 @@ class Engine:
             att = self.fr.attempt(m.attempt)
             members.append({"name": m.name, "family": m.family, "branch": m.branch, "sha": m.sha, "best": m.best,
                             "why": m.why, "idea": att.idea, "attempt": m.attempt,
-                            "cells": {e.shape: _cell(e) for e in self.fr.evaluations(m)}})
+                            "cells": {e.shape: cell_of(e) for e in self.fr.evaluations(m)}})
         attempts = []
         for att in self.fr.store.attempts(task=task.name)[-50:]:
             attempts.append({"id": att.id, "family": att.family, "name": att.name, "status": att.status,
                              "verdict": att.verdict, "parent": att.parent, "idea": att.idea, "reason": att.reason,
-                             "cells": {e.shape: _cell(e) for e in self.fr.store.evaluations(att.id, task.name)}})
+                             "cells": {e.shape: cell_of(e) for e in self.fr.store.evaluations(att.id, task.name)}})
         return {"status": self.cmd_status(), "shapes": shapes, "members": members, "attempts": attempts,
                 "baseline": task.bench.baseline, "notes": list(self.control.notes)}
 
@@ -355,7 +355,7 @@ class Engine:
                 "reason": att.reason, "verdict": att.verdict, **extra,
                 "checks": [e.data["checks"] for e in evs if e.data.get("checks")],
                 "timings": {e.shape: e.data.get("timing") for e in evs},
-                "cells": {e.shape: _cell(e) for e in evs}, "diff": diff, "kernel": kernel or ""}
+                "cells": {e.shape: cell_of(e) for e in evs}, "diff": diff, "kernel": kernel or ""}
 
     def cmd_subscribe(self, backlog: int = 500) -> dict:  # handled by the server (it owns the stream)
         return {}
@@ -495,4 +495,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["Engine", "EngineBusy", "ControlServer", "read_lock", "lock_path", "FRONTIER_DIR"]
+__all__ = ["Engine", "EngineBusy", "ControlServer", "read_lock", "lock_path"]

@@ -22,7 +22,7 @@ from .agents.base import Agent, AgentContext, AttemptView, MemberView, TurnResul
 from .events import EventBus
 from .gitrepo import candidate_dir
 from .store import FrontierError
-from .task import Task, TaskError, load_task
+from .task import Task, load_task
 
 FAILED_TURNS_PAUSE = 3  # failed agent turns in a row that pause the run
 
@@ -310,7 +310,7 @@ class RunLoop:
             att = self.fr.attempt(m.attempt)
             src = self.fr.repo.show_file(m.sha, f"{candidate_dir(self.task.name)}/kernel.py") if m.sha else None
             views.append(MemberView(name=m.name, family=m.family, idea=att.idea, config=_config_of_text(src),
-                                    cells={e.shape: _cell(e) for e in self.fr.evaluations(m)}, best=m.best))
+                                    cells={e.shape: cell_of(e) for e in self.fr.evaluations(m)}, best=m.best))
         return views
 
     def history(self) -> list[AttemptView]:
@@ -322,7 +322,7 @@ class RunLoop:
             out.append(AttemptView(id=att.id, family=att.family, name=att.name, parent=att.parent,
                                    status=att.status, verdict=att.verdict, idea=att.idea, reason=att.reason,
                                    config=self.configs[att.id],
-                                   cells={e.shape: _cell(e) for e in self.fr.store.evaluations(att.id, self.task.name)}))
+                                   cells={e.shape: cell_of(e) for e in self.fr.store.evaluations(att.id, self.task.name)}))
         return out
 
     def feedback(self, n: int = 5) -> list[str]:
@@ -379,7 +379,7 @@ class RunLoop:
                     evs = recheck(self.fr, self.task, name, evaluator=self.evaluator, progress=self._progress(None))
         finally:
             self.current = None
-        cells = {e.shape: _cell(e) for e in evs}
+        cells = {e.shape: cell_of(e) for e in evs}
         self.bus.emit("rechecked", f"rechecked {name}: " + ", ".join(
             f"{s} {c['verdict']}" + (f" {c['speedup']:.2f}x" if c["speedup"] else "") for s, c in cells.items()),
             name=name, cells=cells)
@@ -441,7 +441,7 @@ def _config_of(path: Path) -> dict | None:
         return None
 
 
-def _cell(e) -> dict:
+def cell_of(e) -> dict:
     """A timing-matrix cell from an Evaluation or a stored ShapeEvaluation."""
     timing = getattr(e, "timing", None)
     noise = getattr(e, "noise", None)
@@ -462,4 +462,4 @@ def _evaluated_text(att, evaluations, task: Task) -> str:
     return f"#{att.id} {att.name} [{att.verdict or att.status}] " + "; ".join(parts)
 
 
-__all__ = ["Budget", "RunControl", "RunLoop", "FrontierError", "TaskError"]
+__all__ = ["Budget", "RunControl", "RunLoop", "cell_of"]
