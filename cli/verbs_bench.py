@@ -125,8 +125,8 @@ def bench_table(evaluations) -> None:
     if timed:
         pt = timed[0].timing
         t.caption = (f"timer {pt.timer}, {pt.trials} trials x {pt.repeats} repeats, L2 flush "
-                     f"{'on' if pt.flush_l2 else 'off'}. speedup = baseline / candidate; spread = "
-                     f"(max - min) / median over trials, the larger side; ~ = within the spread (noise)")
+                     f"{'on' if pt.flush_l2 else 'off'}. speedup = median over trials of baseline / candidate; "
+                     f"spread = (max - min) / median of those per-trial ratios; ~ = within the spread (noise)")
     console.print(t)
     for e in evaluations:
         if not e.passed:

@@ -37,6 +37,7 @@ import tomli_w
 from .gitrepo import (FRONTIER_DIR, GitRepo, RepoError, candidate_dir, ensure_frontier_dir, frontier_branch,
                       pruned_ref, read_folder, scratch_branch)
 from .store import (Attempt, FrontierError, Member, Run, ShapeEvaluation, Store, pid_alive)
+from .timing import noise_of
 
 GENERATED_FILES = ("checks.json", "timings.json")
 
@@ -531,8 +532,9 @@ class Frontier:
             self.store.add_evaluations(attempt_id, task.name, list(by_shape.values()))
             self.store.update_attempt(attempt_id, status=verdict, verdict=verdict, reason="; ".join(problems))
             self.store.event(att.run, "attempt-evaluated", attempt=attempt_id, name=att.name, family=att.family,
-                             verdict=verdict, shapes={s: {"verdict": d["verdict"], "speedup": (d.get("timing") or {}).get("speedup")}
-                                     for s, d in by_shape.items()}, reason="; ".join(problems))
+                             verdict=verdict, shapes={s: {"verdict": d["verdict"], "speedup": (d.get("timing") or {}).get("speedup"),
+                                                          "noise": noise_of(d.get("timing"))}
+                                                      for s, d in by_shape.items()}, reason="; ".join(problems))
         return self.attempt(attempt_id)
 
     # ------------------------------------------------------------------ members

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from .timing import noise_of
+
 DB_NAME = "kdatui.db"
 BUSY_TIMEOUT_S = 15.0
 BEGIN_RETRIES = 6  # on top of the busy timeout: a second chance for long write bursts
@@ -496,7 +498,7 @@ class Store:
             t = d.get("timing") or None
             cand = (t or {}).get("candidate") or {}
             base = (t or {}).get("baseline") or {}
-            noise = max(cand.get("spread", 0.0), base.get("spread", 0.0)) if t else None
+            noise = noise_of(t)
             rows.append((attempt_id, task, d["shape"], d["verdict"], cand.get("median_ms"),
                          base.get("median_ms"), (t or {}).get("speedup"), noise,
                          json.dumps(d, default=str), now))

@@ -3,8 +3,9 @@
 Each trial draws fresh inputs, warms both up, then times `repeats` calls of each,
 interleaved call by call in alternating order (B C C B B C ...), with the L2 cache flushed
 before every call (a write of a buffer larger than L2), on device events (GPU) or the
-host clock (CPU). A trial's figure is the median of its calls; the result is the median
-over trials, with the spread (max - min) / median.
+host clock (CPU). A trial's figure per side is the median of its calls; the speedup is the
+median over trials of baseline / candidate, and its spread (max - min) / median of those
+per-trial ratios. Each side's own median and spread over trials are kept beside it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
-
-import torch
 
 L2_FLUSH_BYTES = 256 << 20  # > 60 MB L2 of an H100/H200, with room for larger parts
 
@@ -35,10 +34,18 @@ class PairedTiming:
     repeats: int
     timer: str  # "cuda_event" or "perf_counter"
     flush_l2: bool
+    # per trial: baseline / candidate on the same inputs, and (max - min) / median of those
+    trial_speedups: list[float] = field(default_factory=list)
+    ratio_spread: float | None = None
 
     @property
     def noise(self) -> float:
-        """The larger spread of the two: a speedup within 1 +- noise is not a difference."""
+        """How far a speedup moves between trials: a speedup within 1 +- noise is not a
+        difference. The spread of the per-trial paired ratios (a drift of the chip's clock
+        between trials moves both sides and cancels there); records from before it existed
+        give the larger spread of the two sides."""
+        if self.ratio_spread is not None:
+            return self.ratio_spread
         return max(self.baseline.spread, self.candidate.spread)
 
     def to_dict(self) -> dict:
@@ -49,6 +56,15 @@ class PairedTiming:
         return cls(**{**d, "baseline": SideTiming(**d["baseline"]), "candidate": SideTiming(**d["candidate"])})
 
 
+def noise_of(timing: dict | None) -> float | None:
+    """`PairedTiming.noise` of a stored timing record (its dict)."""
+    if not timing:
+        return None
+    if timing.get("ratio_spread") is not None:
+        return timing["ratio_spread"]
+    return max((timing.get("baseline") or {}).get("spread") or 0.0, (timing.get("candidate") or {}).get("spread") or 0.0)
+
+
 class Timer:
     """Times one call with the L2 flushed first; `cuda_event` on a GPU, else the host clock."""
 
@@ -56,14 +72,17 @@ class Timer:
         self.cuda = device.startswith("cuda")
         self.flush_l2 = flush_l2 and self.cuda
         self.name = "cuda_event" if self.cuda else "perf_counter"
+        import torch  # here, not at import: the store and the TUI read timing records without torch
+
+        self._torch = torch
         self._flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device) if self.flush_l2 else None
 
     def __call__(self, fn: Callable[[], Any]) -> float:
         if self._flush is not None:
             self._flush.zero_()
         if self.cuda:
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
+            start = self._torch.cuda.Event(enable_timing=True)
+            end = self._torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
             end.record()
@@ -116,5 +135,8 @@ def paired_timing(baseline: Callable[[Any], Any], candidate: Callable[[Any], Any
     if progress:
         progress(trials, trials, "timed")
     b, c = _side(times["baseline"]), _side(times["candidate"])
-    return PairedTiming(baseline=b, candidate=c, speedup=b.median_ms / c.median_ms if c.median_ms > 0 else 0.0,
-                        trials=trials, repeats=repeats, timer=timer.name, flush_l2=timer.flush_l2)
+    ratios = [tb / tc if tc > 0 else 0.0 for tb, tc in zip(times["baseline"], times["candidate"])]
+    speedup = statistics.median(ratios)  # the paired estimate: each trial's two sides saw one chip state
+    spread = (max(ratios) - min(ratios)) / speedup if speedup > 0 else 0.0
+    return PairedTiming(baseline=b, candidate=c, speedup=speedup, trials=trials, repeats=repeats,
+                        timer=timer.name, flush_l2=timer.flush_l2, trial_speedups=ratios, ratio_spread=spread)

@@ -146,7 +146,13 @@ def _why(family: str, key: str, old, new) -> str:
     if key == "PREP_LOOP":
         return ("for more chunks per parallel-stage program, the next chunk's loads in flight while one computes" if up
                 else "for fewer chunks per parallel-stage program: more programs to fill the GPU")
+    if key == "GROUP":
+        return (f"to compute {new} chunks' local terms per step as one batch (more parallel work per step, "
+                "staged through the program's scratch)" if up
+                else f"for {new} chunk(s) of local work per step: fewer registers, less scratch traffic")
     categorical = {
+        ("GROUP_DOT", "3d"): "for batched 3-D products over a group's chunks: no work on cross-chunk pairs",
+        ("GROUP_DOT", "2d"): "for one 2-D tile per group, cross-chunk pairs masked: larger, simpler products",
         ("INV", "subst"): "for forward substitution in the 16x16 inverse: fewer flops, but a serial loop",
         ("INV", "doubling"): "for the doubling inverse (I-A)(I+A^2)(I+A^4)(I+A^8): four products, no serial loop",
         ("INV_DOT", "tf32x3"): "for tf32x3 doubling products: faster than ieee fp32; the correlated probe tells",

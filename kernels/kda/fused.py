@@ -32,14 +32,16 @@ PARAMS = {
     "CHUNK": (16, 32, 64),  # tokens per chunk (sub-blocks of 16 inside)
     "BV": (16, 32, 64, 128),  # V columns per program (more programs vs more repeated work)
     "num_warps": (2, 4, 8),
-    "num_stages": (1, 2, 3),  # software pipelining depth of the chunk loop
+    "num_stages": (1, 2, 3),  # software pipelining depth of the chunk loop (GROUP = 1)
+    "GROUP": (1, 2, 4),  # chunks whose local terms are computed together per step (<= 64 tokens)
+    "GROUP_DOT": ("2d", "3d"),  # a group as one tile, cross-chunk pairs masked, or batched dots (CHUNK 16)
     "INV": ("subst", "doubling"),  # 16x16 inverse: forward substitution, or (I-A)(I+A^2)(I+A^4)(I+A^8)
     "INV_DOT": ("ieee", "tf32x3"),  # precision of the doubling products (tf32 is unstable: KDA.md §4)
     "STATE_DOT": ("bf16", "tf32"),  # operands of the state products W S, Q~ S, K~^T X, M X
     "SOLVE_DOT": ("tf32", "tf32x3", "ieee"),  # precision of the A/M and inverse products
 }
 # Defaults: the fastest configuration measured on the H200 (bench/RESULTS.md).
-CONFIG = dict(CHUNK=16, BV=64, num_warps=4, num_stages=1, INV='doubling', INV_DOT='ieee',
+CONFIG = dict(CHUNK=16, BV=64, num_warps=4, num_stages=1, GROUP=1, GROUP_DOT='3d', INV='doubling', INV_DOT='ieee',
               STATE_DOT='bf16', SOLVE_DOT='tf32')
 
 FAMILY = "fused"
@@ -66,13 +68,16 @@ def _dot(a, b, MODE: tl.constexpr):
 
 
 @triton.jit
-def _chunk_terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, dtb, scale, lb2,
-                 C: tl.constexpr, NS: tl.constexpr, LOG2NS: tl.constexpr, K: tl.constexpr,
-                 BV: tl.constexpr, INV_DOUBLING: tl.constexpr, SOLVE: tl.constexpr, INVP: tl.constexpr):
-    """The chunk-local terms of one chunk: W [C,K], U [C,BV], Q~ [C,K], K~ [C,K], M [C,C],
-    exp(G_last) [K]. Pointers are at (b, t=0, h); strides are per token. Only 2-D tiles:
-    batched (3-D) dots replicate work across warps when the batch is small."""
-    rows = t0 + tl.arange(0, C)
+def _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, dtb, scale, lb2,
+           R: tl.constexpr, NS: tl.constexpr, CB: tl.constexpr, LOG2CB: tl.constexpr, K: tl.constexpr,
+           BV: tl.constexpr, INV_DOUBLING: tl.constexpr, SOLVE: tl.constexpr, INVP: tl.constexpr):
+    """The chunk-local terms of R = G*C tokens from t0: G chunks of C = 16*CB tokens, each
+    chunk on its own (no term couples two chunks). Returns W [R,K], U [R,BV], Q~ [R,K],
+    K~ [R,K], M [R,R] (zero outside the diagonal chunk blocks) and, per row, the log2 decay
+    from the start of its chunk to its end [R,K] (exp2 of it on a chunk's row is exp(G_last)).
+    Pointers are at (b, t=0, h); strides are per token. Only 2-D tiles: batched (3-D) dots
+    replicate work across warps when the batch is small."""
+    rows = t0 + tl.arange(0, R)
     valid = rows < T
     m2 = valid[:, None]
     dk = tl.arange(0, K)
@@ -87,37 +92,48 @@ def _chunk_terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_
     kn = k / tl.sqrt(tl.sum(k * k, axis=1) + 1e-6)[:, None]
     # log2 decay per token and channel, zero on padding rows so G stays flat past T
     a2 = tl.where(m2, lb2 * tl.sigmoid(alog_exp * (g + dtb[None, :])), 0.0)
-    G = tl.cumsum(a2, axis=0)  # [C,K], inclusive, non-increasing
-    Glast = tl.sum(a2, axis=0)  # [K]
-    ii = tl.arange(0, C)
+    G = tl.cumsum(a2, axis=0)  # [R,K], inclusive from t0, non-increasing
+    ii = tl.arange(0, R)
     blk = ii // 16
+    chk = ii // (16 * CB)
+    # per row: the decay at the start of its 16-block (cs), of its chunk (c0), at the end of
+    # its chunk (ce); all exclusive prefix sums of a2 at block boundaries
+    cs = tl.zeros((R, K), tl.float32)
+    c0 = tl.zeros((R, K), tl.float32)
+    ce = tl.zeros((R, K), tl.float32) + tl.sum(a2, axis=0)[None, :]
+    for I in tl.static_range(1, NS):
+        c_I = tl.sum(tl.where((ii < 16 * I)[:, None], a2, 0.0), axis=0)
+        cs = tl.where((blk == I)[:, None], c_I[None, :], cs)
+        if I % CB == 0:
+            c0 = tl.where((blk >= I)[:, None], c_I[None, :], c0)
+            ce = tl.where((blk < I)[:, None] & (blk >= I - CB)[:, None], c_I[None, :], ce)
 
     # A and M, anchored at c_I, the decay at the start of row block I (sub-blocks of 16):
     #   left  k_i * exp(G_i - c_I)                   (<= 1)
     #   right k_j * exp(c_I - G_j) for j < 16(I+1)   (<= exp(16 steps) inside block I, <= 1 before)
-    cstart = tl.zeros((C, K), tl.float32)
-    for I in tl.static_range(1, NS):
-        c_I = tl.sum(tl.where((ii < 16 * I)[:, None], a2, 0.0), axis=0)
-        cstart = tl.where((blk == I)[:, None], c_I[None, :], cstart)
-    eq = tl.exp2(G - cstart)
+    eq = tl.exp2(G - cs)
     kl = kn * eq
     ql = qn * eq
-    A = tl.zeros((C, C), tl.float32)
-    M = tl.zeros((C, C), tl.float32)
-    for I in tl.static_range(NS):
-        c_I = tl.sum(tl.where((ii < 16 * I)[:, None], a2, 0.0), axis=0)
-        kr = kn * tl.exp2(tl.where((ii < 16 * (I + 1))[:, None], c_I[None, :] - G, float("-inf")))
-        if NS == 1:
-            A += _dot(kl, tl.trans(kr), SOLVE)
-            M += _dot(ql, tl.trans(kr), SOLVE)
-        else:
+    if CB == 1:
+        # one chunk per 16-block: every kept entry pairs rows of one block, anchored at its start
+        kr = kn * tl.exp2(cs - G)
+        A = _dot(kl, tl.trans(kr), SOLVE)
+        M = _dot(ql, tl.trans(kr), SOLVE)
+    else:
+        A = tl.zeros((R, R), tl.float32)
+        M = tl.zeros((R, R), tl.float32)
+        for I in tl.static_range(NS):
+            c_I = tl.sum(tl.where((ii < 16 * I)[:, None], a2, 0.0), axis=0)
+            cols = (ii < 16 * (I + 1)) & (ii >= 16 * CB * (I // CB))  # columns of I's chunk up to block I
+            kr = kn * tl.exp2(tl.where(cols[:, None], c_I[None, :] - G, float("-inf")))
             sel = (blk == I)[:, None]
             A += _dot(tl.where(sel, kl, 0.0), tl.trans(kr), SOLVE)
             M += _dot(tl.where(sel, ql, 0.0), tl.trans(kr), SOLVE)
-    A = tl.where(ii[:, None] > ii[None, :], A, 0.0) * beta[:, None]
-    M = tl.where(ii[:, None] >= ii[None, :], M, 0.0) * scale
+    same_c = chk[:, None] == chk[None, :]
+    A = tl.where(same_c & (ii[:, None] > ii[None, :]), A, 0.0) * beta[:, None]
+    M = tl.where(same_c & (ii[:, None] >= ii[None, :]), M, 0.0) * scale
 
-    # D = inverse of the 16x16 diagonal blocks of I + A (block diagonal, [C,C])
+    # D = inverse of the 16x16 diagonal blocks of I + A (block diagonal, [R,R])
     same = blk[:, None] == blk[None, :]
     eye = (ii[:, None] == ii[None, :]).to(tl.float32)
     if INV_DOUBLING:
@@ -145,31 +161,85 @@ def _chunk_terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_
             a_i = tl.sum(tl.where(row, Ad, 0.0), axis=1)  # [NS,16]: row i of each block
             D3 = tl.where(row, D3 - tl.sum(a_i[:, :, None] * D3, axis=1)[:, None, :], D3)
         D = tl.reshape(tl.where((bi[:, None, None, None] == bi[None, None, :, None]), D3[:, :, None, :], 0.0),
-                       (C, C))
+                       (R, R))
 
-    eG = tl.exp2(G)
+    eG = tl.exp2(G - c0)  # decay since the start of the row's chunk
     v = tl.load(v_ptr + rows[:, None] * s_v + dv[None, :], mask=m2, other=0.0).to(tl.float32)
     W = _dot(D, beta[:, None] * kn * eG, SOLVE)
     U = _dot(D, beta[:, None] * v, SOLVE)
-    if NS > 1:
-        # (I + A)^-1 = (I + N)^-1 D with N = D * (block-strict part of A), N^NS = 0:
+    if CB > 1:
+        # (I + A)^-1 = (I + N)^-1 D with N = D * (block-strict part of A), N^CB = 0:
         # (I + N)^-1 = (I - N)(I + N^2)(I + N^4)...
         N = _dot(D, tl.where(same, 0.0, A), SOLVE)
         W = W - _dot(N, W, SOLVE)
         U = U - _dot(N, U, SOLVE)
-        for _s in tl.static_range(1, LOG2NS):
+        for _s in tl.static_range(1, LOG2CB):
             N = _dot(N, N, SOLVE)
             W = W + _dot(N, W, SOLVE)
             U = U + _dot(N, U, SOLVE)
     Qt = qn * eG * scale
-    Kt = kn * tl.exp2(Glast[None, :] - G)
-    return W, U, Qt, Kt, M, tl.exp2(Glast)
+    Kt = kn * tl.exp2(ce - G)
+    return W, U, Qt, Kt, M, ce - c0
 
 
 @triton.jit
-def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, T, NC, H, scale, lb2,
+def _terms3(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, dtb, scale, lb2,
+            G: tl.constexpr, K: tl.constexpr, BV: tl.constexpr, INV_DOUBLING: tl.constexpr,
+            SOLVE: tl.constexpr, INVP: tl.constexpr):
+    """`_terms` for G chunks of 16 tokens as a batch: [G,16,*] tiles and batched dots, so no
+    product spends work on pairs of tokens from two chunks. Returns W, Q~, K~ [G,16,K],
+    U [G,16,BV], M [G,16,16] and exp(G_last) per chunk [G,K]."""
+    bi = tl.arange(0, G)
+    r16 = tl.arange(0, 16)
+    dk = tl.arange(0, K)
+    dv = tl.arange(0, BV)
+    rows = t0 + bi[:, None] * 16 + r16[None, :]  # [G,16]
+    valid = rows < T
+    m3 = valid[:, :, None]
+    off = rows[:, :, None] * s_qk + dk[None, None, :]
+    k = tl.load(k_ptr + off, mask=m3, other=0.0).to(tl.float32)
+    kn = k / tl.sqrt(tl.sum(k * k, axis=2) + 1e-6)[:, :, None]
+    g = tl.load(g_ptr + off, mask=m3, other=0.0).to(tl.float32)
+    a2 = tl.where(m3, lb2 * tl.sigmoid(alog_exp * (g + dtb[None, None, :])), 0.0)
+    Gc = tl.cumsum(a2, axis=1)  # log2 decay from the chunk's start, inclusive: >= -115.5
+    tot = tl.sum(a2, axis=1)  # [G,K]
+    eq = tl.exp2(Gc)  # >= 2^-115.5: a normal fp32 number, never 0
+    kl = kn * eq
+    kr = kn * tl.exp2(-Gc)
+    Kt = kn * tl.exp2(tot[:, None, :] - Gc)
+    q = tl.load(q_ptr + off, mask=m3, other=0.0).to(tl.float32)
+    ql = q / tl.sqrt(tl.sum(q * q, axis=2) + 1e-6)[:, :, None] * eq
+    braw = tl.load(b_ptr + rows * s_b, mask=valid, other=0.0).to(tl.float32)
+    beta = tl.where(valid, tl.sigmoid(braw), 0.0)
+    krT = tl.permute(kr, (0, 2, 1))
+    lower = r16[:, None] > r16[None, :]
+    A = tl.where(lower[None, :, :], _dot(kl, krT, SOLVE), 0.0) * beta[:, :, None]
+    M = tl.where((r16[:, None] >= r16[None, :])[None, :, :], _dot(ql, krT, SOLVE), 0.0) * scale
+    eye = (r16[:, None] == r16[None, :]).to(tl.float32)[None, :, :]
+    if INV_DOUBLING:
+        P = -A
+        D = eye + P
+        for _s in tl.static_range(3):
+            P = _dot(P, P, INVP)
+            D = D + _dot(D, P, INVP)
+    else:
+        D = tl.zeros((G, 16, 16), tl.float32) + eye
+        for i in tl.static_range(1, 16):
+            row = (r16 == i)[None, :, None]
+            a_i = tl.sum(tl.where(row, A, 0.0), axis=1)  # [G,16]: row i of each block
+            D = tl.where(row, D - tl.sum(a_i[:, :, None] * D, axis=1)[:, None, :], D)
+    W = _dot(D, beta[:, :, None] * kl, SOLVE)
+    v = tl.load(v_ptr + rows[:, :, None] * s_v + dv[None, None, :], mask=m3, other=0.0).to(tl.float32)
+    U = _dot(D, beta[:, :, None] * v, SOLVE)
+    return W, U, ql * scale, Kt, M, tl.exp2(tot)
+
+
+@triton.jit
+def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_s, kt_s, m_s, gam_s,
+                      T, NC, H, scale, lb2,
                       K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, NS: tl.constexpr,
-                      LOG2NS: tl.constexpr, BV: tl.constexpr, HAS_H0: tl.constexpr,
+                      LOG2NS: tl.constexpr, BV: tl.constexpr, GROUP: tl.constexpr, R: tl.constexpr,
+                      BATCHED: tl.constexpr, HAS_H0: tl.constexpr,
                       STORE_HT: tl.constexpr, INV_DOUBLING: tl.constexpr, STATE: tl.constexpr,
                       SOLVE: tl.constexpr, INVP: tl.constexpr, NUM_STAGES: tl.constexpr,
                       NO_STATE: tl.constexpr):
@@ -189,28 +259,95 @@ def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, T, NC, H, sca
     b_ptr = beta + b * T * H + h
     alog_exp = tl.exp(tl.load(A_log + h).to(tl.float32))
     dtb = tl.load(dt_bias + h * K + dk).to(tl.float32)
-    # state S[k, v] (the [B,H,V,K] layout read transposed)
-    s_off = (pid_bh * V + v0 + dv[None, :]) * K + dk[:, None]
-    if HAS_H0:
-        S = tl.load(h0 + s_off).to(tl.float32)
-    else:
-        S = tl.zeros((K, BV), tl.float32)
-    for c in tl.range(0, NC, num_stages=NUM_STAGES):
-        t0 = c * C
-        W, U, Qt, Kt, M, gam = _chunk_terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
-                                            alog_exp, dtb, scale, lb2, C, NS, LOG2NS, K, BV,
-                                            INV_DOUBLING, SOLVE, INVP)
-        if NO_STATE:  # profiling: the chunk-local work alone (output is meaningless)
-            O = U + tl.sum(W + Qt + Kt, axis=1)[:, None] + tl.sum(M, axis=1)[:, None] + tl.sum(gam)
+    if GROUP == 1:
+        # state S[k, v] (the [B,H,V,K] layout read transposed)
+        s_off = (pid_bh * V + v0 + dv[None, :]) * K + dk[:, None]
+        if HAS_H0:
+            S = tl.load(h0 + s_off).to(tl.float32)
         else:
-            X = U - _dot(W, S, STATE)
-            O = _dot(Qt, S, STATE) + _dot(M, X, STATE)
-            S = gam[:, None] * S + _dot(tl.trans(Kt), X, STATE)
-        rows = t0 + tl.arange(0, C)
-        tl.store(o_ptr + rows[:, None] * (H * V) + dv[None, :], O.to(o.dtype.element_ty),
-                 mask=(rows < T)[:, None])
-    if STORE_HT:
-        tl.store(hT + s_off, S)
+            S = tl.zeros((K, BV), tl.float32)
+        for c in tl.range(0, NC, num_stages=NUM_STAGES):
+            t0 = c * C
+            W, U, Qt, Kt, M, glast = _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
+                                            alog_exp, dtb, scale, lb2, C, NS, NS, LOG2NS, K, BV,
+                                            INV_DOUBLING, SOLVE, INVP)
+            gam = tl.exp2(tl.min(glast, axis=0))  # every row holds the chunk's total decay
+            if NO_STATE:  # profiling: the chunk-local work alone (output is meaningless)
+                O = U + tl.sum(W + Qt + Kt, axis=1)[:, None] + tl.sum(M, axis=1)[:, None] + tl.sum(gam)
+            else:
+                X = U - _dot(W, S, STATE)
+                O = _dot(Qt, S, STATE) + _dot(M, X, STATE)
+                S = gam[:, None] * S + _dot(tl.trans(Kt), X, STATE)
+            rows = t0 + tl.arange(0, C)
+            tl.store(o_ptr + rows[:, None] * (H * V) + dv[None, :], O.to(o.dtype.element_ty),
+                     mask=(rows < T)[:, None])
+        if STORE_HT:
+            tl.store(hT + s_off, S)
+    else:
+        # GROUP chunks per step: their local terms computed together (R rows: G times the
+        # parallelism of one chunk), staged through this program's scratch (double-buffered,
+        # in L2), then the state walks them one chunk at a time, held transposed St = S^T
+        # [BV,K] so every state product has M = BV:
+        #   X^T = U^T - St W^T;  O^T = St Q~^T + X^T M^T;  St' = St diag(exp(G_last)) + X^T K~
+        prog = tl.program_id(1).to(tl.int64) * tl.num_programs(0) + pid_v
+        ii = tl.arange(0, R)
+        r = tl.arange(0, C)
+        s_off = (pid_bh * V + v0 + dv[:, None]) * K + dk[None, :]
+        if HAS_H0:
+            St = tl.load(h0 + s_off).to(tl.float32)
+        else:
+            St = tl.zeros((BV, K), tl.float32)
+        for grp in range(0, tl.cdiv(NC, GROUP)):
+            t0 = grp * R
+            slot = prog * 2 + grp % 2
+            ty = w_s.dtype.element_ty
+            if BATCHED:  # chunks of 16 as a batch: M is stored as [G,16,16] blocks, rows of R
+                W, U, Qt, Kt, M, gams = _terms3(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
+                                               alog_exp, dtb, scale, lb2, GROUP, K, BV,
+                                               INV_DOUBLING, SOLVE, INVP)
+                gi = tl.arange(0, GROUP)
+                row3 = slot * R + gi[:, None, None] * 16 + tl.arange(0, 16)[None, :, None]
+                tl.store(w_s + row3 * K + dk[None, None, :], W.to(ty))
+                tl.store(qt_s + row3 * K + dk[None, None, :], Qt.to(ty))
+                tl.store(kt_s + row3 * K + dk[None, None, :], Kt.to(ty))
+                tl.store(u_s + row3 * BV + dv[None, None, :], U)
+                tl.store(m_s + row3 * R + gi[:, None, None] * 16 + tl.arange(0, 16)[None, None, :], M.to(ty))
+                tl.store(gam_s + (slot * GROUP + gi[:, None]) * K + dk[None, :], gams)
+            else:
+                W, U, Qt, Kt, M, glast = _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
+                                                alog_exp, dtb, scale, lb2, R, R // 16, NS, LOG2NS, K, BV,
+                                                INV_DOUBLING, SOLVE, INVP)
+                rk = ii[:, None] * K + dk[None, :]
+                tl.store(w_s + slot * R * K + rk, W.to(ty))
+                tl.store(qt_s + slot * R * K + rk, Qt.to(ty))
+                tl.store(kt_s + slot * R * K + rk, Kt.to(ty))
+                tl.store(u_s + slot * R * BV + ii[:, None] * BV + dv[None, :], U)
+                tl.store(m_s + slot * R * R + ii[:, None] * R + ii[None, :], M.to(ty))
+                tl.store(gam_s + slot * GROUP * K + (ii // C)[:, None] * K + dk[None, :], tl.exp2(glast),
+                         mask=(ii % C == 0)[:, None])
+            tl.debug_barrier()  # the whole program's stores land before any thread reads them
+            for j in tl.static_range(GROUP):
+                if t0 + j * C < T:
+                    base = slot * R + j * C  # row of chunk j in the scratch
+                    Wt = tl.load(w_s + base * K + r[None, :] * K + dk[:, None], cache_modifier=".cg")
+                    Qtt = tl.load(qt_s + base * K + r[None, :] * K + dk[:, None], cache_modifier=".cg")
+                    Ktj = tl.load(kt_s + base * K + r[:, None] * K + dk[None, :], cache_modifier=".cg")
+                    Ut = tl.load(u_s + base * BV + r[None, :] * BV + dv[:, None], cache_modifier=".cg")
+                    Mt = tl.load(m_s + (base + r[None, :]) * R + j * C + r[:, None], cache_modifier=".cg")
+                    gj = tl.load(gam_s + (slot * GROUP + j) * K + dk, cache_modifier=".cg")
+                    if NO_STATE:  # profiling: local work and the scratch round trip alone
+                        Ot = Ut + tl.sum(Mt.to(tl.float32), axis=0)[None, :] + tl.sum(gj)
+                        Ot += tl.sum(Wt.to(tl.float32) + Qtt.to(tl.float32), axis=0)[None, :]
+                        Ot += tl.sum(Ktj.to(tl.float32), axis=1)[None, :]
+                    else:
+                        Xt = Ut - _dot(St, Wt, STATE)
+                        Ot = _dot(St, Qtt, STATE) + _dot(Xt, Mt, STATE)
+                        St = St * gj[None, :] + _dot(Xt, Ktj, STATE)
+                    rows = t0 + j * C + r
+                    tl.store(o_ptr + rows[None, :] * (H * V) + dv[:, None], Ot.to(o.dtype.element_ty),
+                             mask=(rows < T)[None, :])
+        if STORE_HT:
+            tl.store(hT + s_off, St)
 
 
 def _interpreting() -> bool:
@@ -235,10 +372,23 @@ def kda_forward(q, k, v, g, beta, A_log, dt_bias, *, scale=None, lower_bound=-5.
     state_mode = 2 if interp and cfg["STATE_DOT"] == "bf16" else _MODES[cfg["STATE_DOT"]]
     solve_mode = 0 if interp else _MODES[cfg["SOLVE_DOT"]]
     inv_mode = 0 if interp else _MODES[cfg["INV_DOT"]]
+    group = max(1, min(cfg["GROUP"], 64 // C))  # at most 64 tokens of local work per step
     grid = (triton.cdiv(V, BV), B * H)
+    if group > 1:  # per-program scratch for the staged terms, two slots (double buffer)
+        n = grid[0] * grid[1] * 2 * group * C
+        # the state products' operand type (bf16 loses nothing there); U stays fp32: X = U - W S
+        sdt = torch.bfloat16 if cfg["STATE_DOT"] == "bf16" else torch.float32
+        w_s, qt_s, kt_s = (torch.empty(n, K, dtype=sdt, device=q.device) for _ in range(3))
+        u_s = torch.empty(n, BV, dtype=torch.float32, device=q.device)
+        m_s = torch.empty(n, group * C, dtype=sdt, device=q.device)
+        gam_s = torch.empty(n // C, K, dtype=torch.float32, device=q.device)
+    else:
+        w_s = qt_s = kt_s = u_s = m_s = gam_s = o
     _kda_fused_kernel[grid](
-        q, k, v, g, beta, A_log, dt_bias, h0, o, hT, T, triton.cdiv(T, C), H, scale, lower_bound * LOG2E,
-        K=K, V=V, C=C, NS=C // 16, LOG2NS=int(math.log2(C // 16)), BV=BV,
+        q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_s, kt_s, m_s, gam_s,
+        T, triton.cdiv(T, C), H, scale, lower_bound * LOG2E,
+        K=K, V=V, C=C, NS=C // 16, LOG2NS=int(math.log2(C // 16)), BV=BV, GROUP=group, R=group * C,
+        BATCHED=group > 1 and C == 16 and cfg["GROUP_DOT"] == "3d",
         HAS_H0=initial_state is not None, STORE_HT=output_final_state,
         INV_DOUBLING=cfg["INV"] == "doubling", STATE=state_mode, SOLVE=solve_mode, INVP=inv_mode,
         NUM_STAGES=cfg["num_stages"], num_warps=cfg["num_warps"],

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from kdatui.engine.timing import noise_of
+
 from ... import format as fmt
 
 VERDICT_STYLE = {"PASS": "green", "FAIL": "bold red", "FLAKY": "bold yellow", "ERROR": "bold magenta"}
@@ -43,7 +45,7 @@ def check_rows(checks: list[dict]) -> list[tuple]:
 
 def trial_rows(timings: dict[str, dict]) -> list[tuple]:
     """Per shape: the candidate's and the baseline's median, spread and every trial's time,
-    then the speedup (noise: the larger spread)."""
+    then the speedup (noise: the spread of the per-trial paired ratios)."""
     rows = []
     for shape, t in (timings or {}).items():
         if not t:
@@ -54,7 +56,7 @@ def trial_rows(timings: dict[str, dict]) -> list[tuple]:
             trials = " ".join(fmt.ms(x) for x in s.get("trial_ms") or [])
             rows.append((shape, side, fmt.ms(s.get("median_ms")), f"{(s.get('spread') or 0) * 100:.1f}%", trials))
         sp = t.get("speedup")
-        noise = max((t.get("baseline") or {}).get("spread") or 0, (t.get("candidate") or {}).get("spread") or 0)
+        noise = noise_of(t) or 0.0
         trend = fmt.trend(sp, noise)
         rows.append((shape, "speedup", Text(f"{fmt.GLYPH[trend]}{fmt.speedup(sp)}", style=fmt.STYLE[trend]),
                      f"±{noise * 100:.1f}%",
