@@ -34,7 +34,6 @@ PARAMS = {
     "num_warps": (2, 4, 8),
     "num_stages": (1, 2, 3),  # software pipelining depth of the chunk loop (GROUP = 1)
     "GROUP": (1, 2, 4),  # chunks whose local terms are computed together per step (<= 64 tokens)
-    "PREFETCH": (0, 1),  # load the next chunk's inputs before computing this one (GROUP = 1)
     "GROUP_DOT": ("2d", "3d"),  # a group as one tile, cross-chunk pairs masked, or batched dots (CHUNK 16)
     "INV": ("subst", "doubling"),  # 16x16 inverse: forward substitution, or (I-A)(I+A^2)(I+A^4)(I+A^8)
     "INV_DOT": ("ieee", "tf32x3"),  # precision of the doubling products (tf32 is unstable: KDA.md §4)
@@ -42,7 +41,7 @@ PARAMS = {
     "SOLVE_DOT": ("tf32", "tf32x3", "ieee"),  # precision of the A/M and inverse products
 }
 # Defaults: the fastest configuration measured on the H200 (bench/RESULTS.md).
-CONFIG = dict(CHUNK=16, BV=64, num_warps=4, num_stages=1, GROUP=1, PREFETCH=0, GROUP_DOT='3d', INV='doubling', INV_DOT='ieee',
+CONFIG = dict(CHUNK=16, BV=64, num_warps=4, num_stages=1, GROUP=1, GROUP_DOT='3d', INV='doubling', INV_DOT='ieee',
               STATE_DOT='bf16', SOLVE_DOT='tf32')
 
 FAMILY = "fused"
@@ -69,41 +68,25 @@ def _dot(a, b, MODE: tl.constexpr):
 
 
 @triton.jit
-def _load_rows(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b,
-               R: tl.constexpr, K: tl.constexpr, BV: tl.constexpr):
-    """The raw inputs of R tokens from t0 (zeros past T), in their stored dtypes."""
-    rows = t0 + tl.arange(0, R)
-    valid = rows < T
-    m2 = valid[:, None]
-    dk = tl.arange(0, K)
-    off = rows[:, None] * s_qk + dk[None, :]
-    q = tl.load(q_ptr + off, mask=m2, other=0.0)
-    k = tl.load(k_ptr + off, mask=m2, other=0.0)
-    g = tl.load(g_ptr + off, mask=m2, other=0.0)
-    braw = tl.load(b_ptr + rows * s_b, mask=valid, other=0.0)
-    v = tl.load(v_ptr + rows[:, None] * s_v + tl.arange(0, BV)[None, :], mask=m2, other=0.0)
-    return q, k, g, braw, v
-
-
-@triton.jit
-def _terms_of(q, k, g, braw, v, t0, T, alog_exp, dtb, scale, lb2,
-              R: tl.constexpr, NS: tl.constexpr, CB: tl.constexpr, LOG2CB: tl.constexpr, K: tl.constexpr,
-              BV: tl.constexpr, INV_DOUBLING: tl.constexpr, SOLVE: tl.constexpr, INVP: tl.constexpr):
+def _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, dtb, scale, lb2,
+           R: tl.constexpr, NS: tl.constexpr, CB: tl.constexpr, LOG2CB: tl.constexpr, K: tl.constexpr,
+           BV: tl.constexpr, INV_DOUBLING: tl.constexpr, SOLVE: tl.constexpr, INVP: tl.constexpr):
     """The chunk-local terms of R = G*C tokens from t0: G chunks of C = 16*CB tokens, each
     chunk on its own (no term couples two chunks). Returns W [R,K], U [R,BV], Q~ [R,K],
     K~ [R,K], M [R,R] (zero outside the diagonal chunk blocks) and, per row, the log2 decay
     from the start of its chunk to its end [R,K] (exp2 of it on a chunk's row is exp(G_last)).
-    Inputs are the raw tiles of `_load_rows`. Only 2-D tiles: batched (3-D) dots replicate
-    work across warps when the batch is small."""
+    Pointers are at (b, t=0, h); strides are per token. Only 2-D tiles: batched (3-D) dots
+    replicate work across warps when the batch is small."""
     rows = t0 + tl.arange(0, R)
     valid = rows < T
     m2 = valid[:, None]
     dk = tl.arange(0, K)
     dv = tl.arange(0, BV)
-    q = q.to(tl.float32)
-    k = k.to(tl.float32)
-    g = g.to(tl.float32)
-    braw = braw.to(tl.float32)
+    off = rows[:, None] * s_qk + dk[None, :]
+    q = tl.load(q_ptr + off, mask=m2, other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + off, mask=m2, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + off, mask=m2, other=0.0).to(tl.float32)
+    braw = tl.load(b_ptr + rows * s_b, mask=valid, other=0.0).to(tl.float32)
     beta = tl.where(valid, tl.sigmoid(braw), 0.0)
     qn = q / tl.sqrt(tl.sum(q * q, axis=1) + 1e-6)[:, None]
     kn = k / tl.sqrt(tl.sum(k * k, axis=1) + 1e-6)[:, None]
@@ -181,7 +164,7 @@ def _terms_of(q, k, g, braw, v, t0, T, alog_exp, dtb, scale, lb2,
                        (R, R))
 
     eG = tl.exp2(G - c0)  # decay since the start of the row's chunk
-    v = v.to(tl.float32)
+    v = tl.load(v_ptr + rows[:, None] * s_v + dv[None, :], mask=m2, other=0.0).to(tl.float32)
     W = _dot(D, beta[:, None] * kn * eG, SOLVE)
     U = _dot(D, beta[:, None] * v, SOLVE)
     if CB > 1:
@@ -197,15 +180,6 @@ def _terms_of(q, k, g, braw, v, t0, T, alog_exp, dtb, scale, lb2,
     Qt = qn * eG * scale
     Kt = kn * tl.exp2(ce - G)
     return W, U, Qt, Kt, M, ce - c0
-
-
-@triton.jit
-def _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, dtb, scale, lb2,
-           R: tl.constexpr, NS: tl.constexpr, CB: tl.constexpr, LOG2CB: tl.constexpr, K: tl.constexpr,
-           BV: tl.constexpr, INV_DOUBLING: tl.constexpr, SOLVE: tl.constexpr, INVP: tl.constexpr):
-    q, k, g, braw, v = _load_rows(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, R, K, BV)
-    return _terms_of(q, k, g, braw, v, t0, T, alog_exp, dtb, scale, lb2, R, NS, CB, LOG2CB, K, BV,
-                     INV_DOUBLING, SOLVE, INVP)
 
 
 @triton.jit
@@ -265,7 +239,7 @@ def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_
                       T, NC, H, scale, lb2,
                       K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, NS: tl.constexpr,
                       LOG2NS: tl.constexpr, BV: tl.constexpr, GROUP: tl.constexpr, R: tl.constexpr,
-                      BATCHED: tl.constexpr, PREFETCH: tl.constexpr, HAS_H0: tl.constexpr,
+                      BATCHED: tl.constexpr, HAS_H0: tl.constexpr,
                       STORE_HT: tl.constexpr, INV_DOUBLING: tl.constexpr, STATE: tl.constexpr,
                       SOLVE: tl.constexpr, INVP: tl.constexpr, NUM_STAGES: tl.constexpr,
                       NO_STATE: tl.constexpr):
@@ -292,20 +266,11 @@ def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_
             S = tl.load(h0 + s_off).to(tl.float32)
         else:
             S = tl.zeros((K, BV), tl.float32)
-        if PREFETCH:  # the next chunk's inputs are in flight while this one computes
-            nq, nk, ng, nb, nv = _load_rows(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, 0, T, H * K, H * V, H, C, K, BV)
         for c in tl.range(0, NC, num_stages=NUM_STAGES):
             t0 = c * C
-            if PREFETCH:
-                cq, ck, cg, cb, cv = nq, nk, ng, nb, nv
-                nq, nk, ng, nb, nv = _load_rows(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0 + C, T, H * K, H * V, H,
-                                                C, K, BV)
-                W, U, Qt, Kt, M, glast = _terms_of(cq, ck, cg, cb, cv, t0, T, alog_exp, dtb, scale, lb2,
-                                                   C, NS, NS, LOG2NS, K, BV, INV_DOUBLING, SOLVE, INVP)
-            else:
-                W, U, Qt, Kt, M, glast = _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
-                                                alog_exp, dtb, scale, lb2, C, NS, NS, LOG2NS, K, BV,
-                                                INV_DOUBLING, SOLVE, INVP)
+            W, U, Qt, Kt, M, glast = _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
+                                            alog_exp, dtb, scale, lb2, C, NS, NS, LOG2NS, K, BV,
+                                            INV_DOUBLING, SOLVE, INVP)
             gam = tl.exp2(tl.min(glast, axis=0))  # every row holds the chunk's total decay
             if NO_STATE:  # profiling: the chunk-local work alone (output is meaningless)
                 O = U + tl.sum(W + Qt + Kt, axis=1)[:, None] + tl.sum(M, axis=1)[:, None] + tl.sum(gam)
@@ -423,7 +388,7 @@ def kda_forward(q, k, v, g, beta, A_log, dt_bias, *, scale=None, lower_bound=-5.
         q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_s, kt_s, m_s, gam_s,
         T, triton.cdiv(T, C), H, scale, lower_bound * LOG2E,
         K=K, V=V, C=C, NS=C // 16, LOG2NS=int(math.log2(C // 16)), BV=BV, GROUP=group, R=group * C,
-        BATCHED=group > 1 and C == 16 and cfg["GROUP_DOT"] == "3d", PREFETCH=group == 1 and cfg["PREFETCH"] == 1,
+        BATCHED=group > 1 and C == 16 and cfg["GROUP_DOT"] == "3d",
         HAS_H0=initial_state is not None, STORE_HT=output_final_state,
         INV_DOUBLING=cfg["INV"] == "doubling", STATE=state_mode, SOLVE=solve_mode, INVP=inv_mode,
         NUM_STAGES=cfg["num_stages"], num_warps=cfg["num_warps"],
