@@ -16,6 +16,12 @@ steps (<= 80 nats at lower_bound -5) above zero: no overflow, no 0 * inf. The in
 (I + A)^-1 is built from the 16x16 diagonal blocks (forward substitution or doubling)
 and a block-Neumann series for the rest (the block-strict part is nilpotent).
 
+GROUP > 1 computes the local terms of GROUP chunks per step as one batch (3-D products over
+16-token chunks, or one 2-D tile with the cross-chunk pairs masked), stages them through a
+per-program scratch in L2 (two slots, a barrier between the stores and the loads), and then
+walks the state through them one chunk at a time with the state held transposed [BV,K].
+On the H200 it has not beaten GROUP = 1 (bench/RESULTS.md): the batch spills registers.
+
 Self-contained: copied alone into a folder as `kernel.py`, it runs. Every tunable is in
 PARAMS / CONFIG below; a variant of this family is this file with another CONFIG.
 """
