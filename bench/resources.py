@@ -96,8 +96,14 @@ def report(fn: JITFunction, args: tuple, kwargs: dict, sass_path: str | None = N
         ptx = os.path.join(tmp, "k.ptx")
         with open(ptx, "w") as f:
             f.write(k.asm["ptx"])
-        out = subprocess.run([os.path.join(BIN, "ptxas"), "-v", "--gpu-name", "sm_90a", ptx, "-o", ptx + ".o"],
-                             capture_output=True, text=True).stderr
+        for ptxas in ("ptxas", "ptxas-blackwell"):  # Triton 3.9's PTX is newer than its `ptxas`
+            run = subprocess.run([os.path.join(BIN, ptxas), "-v", "--gpu-name", "sm_90a", ptx, "-o", ptx + ".o"],
+                                 capture_output=True, text=True)
+            out = run.stderr
+            if run.returncode == 0:
+                break
+        else:
+            raise RuntimeError(f"{fn.__name__}: no ptxas of {BIN} assembles Triton's PTX: {out.strip()[-300:]}")
         cubin = os.path.join(tmp, "k.cubin")
         with open(cubin, "wb") as f:
             f.write(k.asm["cubin"])
