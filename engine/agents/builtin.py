@@ -151,6 +151,8 @@ def _why(family: str, key: str, old, new) -> str:
                 "staged through the program's scratch)" if up
                 else f"for {new} chunk(s) of local work per step: fewer registers, less scratch traffic")
     categorical = {
+        ("X_FORM", "direct"): "for X = (I+A)^-1 diag(beta) (V - K S): one inverse product per chunk instead of W and U",
+        ("X_FORM", "wu"): "for X = U - W S from W and U: the inverse products leave the state chain",
         ("GROUP_DOT", "3d"): "for batched 3-D products over a group's chunks: no work on cross-chunk pairs",
         ("GROUP_DOT", "2d"): "for one 2-D tile per group, cross-chunk pairs masked: larger, simpler products",
         ("INV", "subst"): "for forward substitution in the 16x16 inverse: fewer flops, but a serial loop",

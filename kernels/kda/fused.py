@@ -40,6 +40,7 @@ PARAMS = {
     "num_warps": (2, 4, 8),
     "num_stages": (1, 2, 3),  # software pipelining depth of the chunk loop (GROUP = 1)
     "GROUP": (1, 2, 4),  # chunks whose local terms are computed together per step (<= 64 tokens)
+    "X_FORM": ("wu", "direct"),  # X = U - W S, or (I+A)^-1 diag(beta) (V - K S): one product less (GROUP 1)
     "GROUP_DOT": ("2d", "3d"),  # a group as one tile, cross-chunk pairs masked, or batched dots (CHUNK 16)
     "INV": ("subst", "doubling"),  # 16x16 inverse: forward substitution, or (I-A)(I+A^2)(I+A^4)(I+A^8)
     "INV_DOT": ("ieee", "tf32x3"),  # precision of the doubling products (tf32 is unstable: KDA.md §4)
@@ -47,7 +48,7 @@ PARAMS = {
     "SOLVE_DOT": ("tf32", "tf32x3", "ieee"),  # precision of the A/M and inverse products
 }
 # Defaults: the fastest configuration measured on the H200 (bench/RESULTS.md).
-CONFIG = dict(CHUNK=16, BV=64, num_warps=4, num_stages=1, GROUP=1, GROUP_DOT='3d', INV='doubling', INV_DOT='ieee',
+CONFIG = dict(CHUNK=16, BV=64, num_warps=4, num_stages=1, GROUP=1, X_FORM='wu', GROUP_DOT='3d', INV='doubling', INV_DOT='ieee',
               STATE_DOT='bf16', SOLVE_DOT='tf32')
 
 FAMILY = "fused"
@@ -76,11 +77,14 @@ def _dot(a, b, MODE: tl.constexpr):
 @triton.jit
 def _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, dtb, scale, lb2,
            R: tl.constexpr, NS: tl.constexpr, CB: tl.constexpr, LOG2CB: tl.constexpr, K: tl.constexpr,
-           BV: tl.constexpr, INV_DOUBLING: tl.constexpr, SOLVE: tl.constexpr, INVP: tl.constexpr):
+           BV: tl.constexpr, INV_DOUBLING: tl.constexpr, SOLVE: tl.constexpr, INVP: tl.constexpr,
+           XD: tl.constexpr):
     """The chunk-local terms of R = G*C tokens from t0: G chunks of C = 16*CB tokens, each
     chunk on its own (no term couples two chunks). Returns W [R,K], U [R,BV], Q~ [R,K],
     K~ [R,K], M [R,R] (zero outside the diagonal chunk blocks) and, per row, the log2 decay
     from the start of its chunk to its end [R,K] (exp2 of it on a chunk's row is exp(G_last)).
+    With XD, W and U are not formed: the first two are k^ * exp(G) and V, and a seventh is
+    (I + A)^-1 diag(beta) (see the caller); without it the seventh is M again (unused).
     Pointers are at (b, t=0, h); strides are per token. Only 2-D tiles: batched (3-D) dots
     replicate work across warps when the batch is small."""
     rows = t0 + tl.arange(0, R)
@@ -171,6 +175,19 @@ def _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, d
 
     eG = tl.exp2(G - c0)  # decay since the start of the row's chunk
     v = tl.load(v_ptr + rows[:, None] * s_v + dv[None, :], mask=m2, other=0.0).to(tl.float32)
+    Qt = qn * eG * scale
+    Kt = kn * tl.exp2(ce - G)
+    if XD:
+        # X = (I + A)^-1 diag(beta) (V - (k^ * exp(G)) S): return the inverse with beta folded
+        # into its columns, k^ * exp(G) and V; the caller forms X in the state chain
+        Ti = D
+        if CB > 1:  # (I + A)^-1 = (I + N)^-1 D, the series below applied to D itself
+            N = _dot(D, tl.where(same, 0.0, A), SOLVE)
+            Ti = Ti - _dot(N, Ti, SOLVE)
+            for _s in tl.static_range(1, LOG2CB):
+                N = _dot(N, N, SOLVE)
+                Ti = Ti + _dot(N, Ti, SOLVE)
+        return kn * eG, v, Qt, Kt, M, ce - c0, Ti * beta[None, :]
     W = _dot(D, beta[:, None] * kn * eG, SOLVE)
     U = _dot(D, beta[:, None] * v, SOLVE)
     if CB > 1:
@@ -183,9 +200,7 @@ def _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, d
             N = _dot(N, N, SOLVE)
             W = W + _dot(N, W, SOLVE)
             U = U + _dot(N, U, SOLVE)
-    Qt = qn * eG * scale
-    Kt = kn * tl.exp2(ce - G)
-    return W, U, Qt, Kt, M, ce - c0
+    return W, U, Qt, Kt, M, ce - c0, M
 
 
 @triton.jit
@@ -245,7 +260,7 @@ def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_
                       T, NC, H, scale, lb2,
                       K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, NS: tl.constexpr,
                       LOG2NS: tl.constexpr, BV: tl.constexpr, GROUP: tl.constexpr, R: tl.constexpr,
-                      BATCHED: tl.constexpr, HAS_H0: tl.constexpr,
+                      BATCHED: tl.constexpr, XD: tl.constexpr, HAS_H0: tl.constexpr,
                       STORE_HT: tl.constexpr, INV_DOUBLING: tl.constexpr, STATE: tl.constexpr,
                       SOLVE: tl.constexpr, INVP: tl.constexpr, NUM_STAGES: tl.constexpr,
                       NO_STATE: tl.constexpr):
@@ -274,14 +289,17 @@ def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_
             S = tl.zeros((K, BV), tl.float32)
         for c in tl.range(0, NC, num_stages=NUM_STAGES):
             t0 = c * C
-            W, U, Qt, Kt, M, glast = _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
-                                            alog_exp, dtb, scale, lb2, C, NS, NS, LOG2NS, K, BV,
-                                            INV_DOUBLING, SOLVE, INVP)
+            W, U, Qt, Kt, M, glast, Ti = _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
+                                                alog_exp, dtb, scale, lb2, C, NS, NS, LOG2NS, K, BV,
+                                                INV_DOUBLING, SOLVE, INVP, XD)
             gam = tl.exp2(tl.min(glast, axis=0))  # every row holds the chunk's total decay
             if NO_STATE:  # profiling: the chunk-local work alone (output is meaningless)
-                O = U + tl.sum(W + Qt + Kt, axis=1)[:, None] + tl.sum(M, axis=1)[:, None] + tl.sum(gam)
+                O = U + tl.sum(W + Qt + Kt, axis=1)[:, None] + tl.sum(M + Ti, axis=1)[:, None] + tl.sum(gam)
             else:
-                X = U - _dot(W, S, STATE)
+                if XD:  # X = (I + A)^-1 diag(beta) (V - K S): one inverse product per chunk, not two
+                    X = _dot(Ti, U - _dot(W, S, STATE), SOLVE)
+                else:
+                    X = U - _dot(W, S, STATE)
                 O = _dot(Qt, S, STATE) + _dot(M, X, STATE)
                 S = gam[:, None] * S + _dot(tl.trans(Kt), X, STATE)
             rows = t0 + tl.arange(0, C)
@@ -320,9 +338,9 @@ def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_
                 tl.store(m_s + row3 * R + gi[:, None, None] * 16 + tl.arange(0, 16)[None, None, :], M.to(ty))
                 tl.store(gam_s + (slot * GROUP + gi[:, None]) * K + dk[None, :], gams)
             else:
-                W, U, Qt, Kt, M, glast = _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
-                                                alog_exp, dtb, scale, lb2, R, R // 16, NS, LOG2NS, K, BV,
-                                                INV_DOUBLING, SOLVE, INVP)
+                W, U, Qt, Kt, M, glast, _ = _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
+                                                   alog_exp, dtb, scale, lb2, R, R // 16, NS, LOG2NS, K, BV,
+                                                   INV_DOUBLING, SOLVE, INVP, False)
                 rk = ii[:, None] * K + dk[None, :]
                 tl.store(w_s + slot * R * K + rk, W.to(ty))
                 tl.store(qt_s + slot * R * K + rk, Qt.to(ty))
@@ -394,7 +412,7 @@ def kda_forward(q, k, v, g, beta, A_log, dt_bias, *, scale=None, lower_bound=-5.
         q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_s, kt_s, m_s, gam_s,
         T, triton.cdiv(T, C), H, scale, lower_bound * LOG2E,
         K=K, V=V, C=C, NS=C // 16, LOG2NS=int(math.log2(C // 16)), BV=BV, GROUP=group, R=group * C,
-        BATCHED=group > 1 and C == 16 and cfg["GROUP_DOT"] == "3d",
+        BATCHED=group > 1 and C == 16 and cfg["GROUP_DOT"] == "3d", XD=group == 1 and cfg["X_FORM"] == "direct",
         HAS_H0=initial_state is not None, STORE_HT=output_final_state,
         INV_DOUBLING=cfg["INV"] == "doubling", STATE=state_mode, SOLVE=solve_mode, INVP=inv_mode,
         NUM_STAGES=cfg["num_stages"], num_warps=cfg["num_warps"],
