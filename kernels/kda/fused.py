@@ -205,37 +205,45 @@ def _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, d
 
 @triton.jit
 def _terms3(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, dtb, scale, lb2,
+            w_p, qt_p, kt_p, u_p, m_p, gam_p, R: tl.constexpr,
             G: tl.constexpr, K: tl.constexpr, BV: tl.constexpr, INV_DOUBLING: tl.constexpr,
             SOLVE: tl.constexpr, INVP: tl.constexpr):
     """`_terms` for G chunks of 16 tokens as a batch: [G,16,*] tiles and batched dots, so no
-    product spends work on pairs of tokens from two chunks. Returns W, Q~, K~ [G,16,K],
-    U [G,16,BV], M [G,16,16] and exp(G_last) per chunk [G,K]."""
+    product spends work on pairs of tokens from two chunks. Each term is stored to the
+    scratch slot (w_p ... gam_p, rows of R) as soon as it is formed, so that few [G,16,K]
+    tiles are alive at once: W, Q~, K~ [G,16,K], U [G,16,BV] (fp32), M [G,16,16] as the
+    diagonal blocks of [R,R] rows, exp(G_last) per chunk [G,K] (fp32)."""
+    ty = w_p.dtype.element_ty
     bi = tl.arange(0, G)
     r16 = tl.arange(0, 16)
     dk = tl.arange(0, K)
     dv = tl.arange(0, BV)
     rows = t0 + bi[:, None] * 16 + r16[None, :]  # [G,16]
+    srow = bi[:, None, None] * 16 + r16[None, :, None]  # [G,16,1]: rows of the slot
     valid = rows < T
     m3 = valid[:, :, None]
     off = rows[:, :, None] * s_qk + dk[None, None, :]
-    k = tl.load(k_ptr + off, mask=m3, other=0.0).to(tl.float32)
-    kn = k / tl.sqrt(tl.sum(k * k, axis=2) + 1e-6)[:, :, None]
     g = tl.load(g_ptr + off, mask=m3, other=0.0).to(tl.float32)
     a2 = tl.where(m3, lb2 * tl.sigmoid(alog_exp * (g + dtb[None, None, :])), 0.0)
     Gc = tl.cumsum(a2, axis=1)  # log2 decay from the chunk's start, inclusive: >= -115.5
     tot = tl.sum(a2, axis=1)  # [G,K]
+    tl.store(gam_p + bi[:, None] * K + dk[None, :], tl.exp2(tot))
+    k = tl.load(k_ptr + off, mask=m3, other=0.0).to(tl.float32)
+    kn = k / tl.sqrt(tl.sum(k * k, axis=2) + 1e-6)[:, :, None]
+    tl.store(kt_p + srow * K + dk[None, None, :], (kn * tl.exp2(tot[:, None, :] - Gc)).to(ty))
     eq = tl.exp2(Gc)  # >= 2^-115.5: a normal fp32 number, never 0
-    kl = kn * eq
     kr = kn * tl.exp2(-Gc)
-    Kt = kn * tl.exp2(tot[:, None, :] - Gc)
+    kl = kn * eq
     q = tl.load(q_ptr + off, mask=m3, other=0.0).to(tl.float32)
     ql = q / tl.sqrt(tl.sum(q * q, axis=2) + 1e-6)[:, :, None] * eq
+    tl.store(qt_p + srow * K + dk[None, None, :], (ql * scale).to(ty))
     braw = tl.load(b_ptr + rows * s_b, mask=valid, other=0.0).to(tl.float32)
     beta = tl.where(valid, tl.sigmoid(braw), 0.0)
     krT = tl.permute(kr, (0, 2, 1))
     lower = r16[:, None] > r16[None, :]
-    A = tl.where(lower[None, :, :], _dot(kl, krT, SOLVE), 0.0) * beta[:, :, None]
     M = tl.where((r16[:, None] >= r16[None, :])[None, :, :], _dot(ql, krT, SOLVE), 0.0) * scale
+    tl.store(m_p + srow * R + bi[:, None, None] * 16 + r16[None, None, :], M.to(ty))
+    A = tl.where(lower[None, :, :], _dot(kl, krT, SOLVE), 0.0) * beta[:, :, None]
     eye = (r16[:, None] == r16[None, :]).to(tl.float32)[None, :, :]
     if INV_DOUBLING:
         P = -A
@@ -249,10 +257,10 @@ def _terms3(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, 
             row = (r16 == i)[None, :, None]
             a_i = tl.sum(tl.where(row, A, 0.0), axis=1)  # [G,16]: row i of each block
             D = tl.where(row, D - tl.sum(a_i[:, :, None] * D, axis=1)[:, None, :], D)
-    W = _dot(D, beta[:, :, None] * kl, SOLVE)
+    Db = D * beta[:, None, :]  # diag(beta) folded into the inverse's columns
+    tl.store(w_p + srow * K + dk[None, None, :], _dot(Db, kl, SOLVE).to(ty))
     v = tl.load(v_ptr + rows[:, :, None] * s_v + dv[None, None, :], mask=m3, other=0.0).to(tl.float32)
-    U = _dot(D, beta[:, :, None] * v, SOLVE)
-    return W, U, ql * scale, Kt, M, tl.exp2(tot)
+    tl.store(u_p + srow * BV + dv[None, None, :], _dot(Db, v, SOLVE))
 
 
 @triton.jit
@@ -326,17 +334,10 @@ def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_
             slot = prog * 2 + grp % 2
             ty = w_s.dtype.element_ty
             if BATCHED:  # chunks of 16 as a batch: M is stored as [G,16,16] blocks, rows of R
-                W, U, Qt, Kt, M, gams = _terms3(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
-                                               alog_exp, dtb, scale, lb2, GROUP, K, BV,
-                                               INV_DOUBLING, SOLVE, INVP)
-                gi = tl.arange(0, GROUP)
-                row3 = slot * R + gi[:, None, None] * 16 + tl.arange(0, 16)[None, :, None]
-                tl.store(w_s + row3 * K + dk[None, None, :], W.to(ty))
-                tl.store(qt_s + row3 * K + dk[None, None, :], Qt.to(ty))
-                tl.store(kt_s + row3 * K + dk[None, None, :], Kt.to(ty))
-                tl.store(u_s + row3 * BV + dv[None, None, :], U)
-                tl.store(m_s + row3 * R + gi[:, None, None] * 16 + tl.arange(0, 16)[None, None, :], M.to(ty))
-                tl.store(gam_s + (slot * GROUP + gi[:, None]) * K + dk[None, :], gams)
+                _terms3(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H, alog_exp, dtb, scale, lb2,
+                        w_s + slot * R * K, qt_s + slot * R * K, kt_s + slot * R * K, u_s + slot * R * BV,
+                        m_s + slot * R * R, gam_s + slot * GROUP * K, R, GROUP, K, BV,
+                        INV_DOUBLING, SOLVE, INVP)
             else:
                 W, U, Qt, Kt, M, glast, _ = _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
                                                    alog_exp, dtb, scale, lb2, R, R // 16, NS, LOG2NS, K, BV,
