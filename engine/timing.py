@@ -44,9 +44,7 @@ class PairedTiming:
         difference. The spread of the per-trial paired ratios (a drift of the chip's clock
         between trials moves both sides and cancels there); records from before it existed
         give the larger spread of the two sides."""
-        if self.ratio_spread is not None:
-            return self.ratio_spread
-        return max(self.baseline.spread, self.candidate.spread)
+        return _noise(self.ratio_spread, self.baseline.spread, self.candidate.spread)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -56,13 +54,16 @@ class PairedTiming:
         return cls(**{**d, "baseline": SideTiming(**d["baseline"]), "candidate": SideTiming(**d["candidate"])})
 
 
+def _noise(ratio_spread: float | None, baseline_spread: float, candidate_spread: float) -> float:
+    return ratio_spread if ratio_spread is not None else max(baseline_spread, candidate_spread)
+
+
 def noise_of(timing: dict | None) -> float | None:
     """`PairedTiming.noise` of a stored timing record (its dict)."""
     if not timing:
         return None
-    if timing.get("ratio_spread") is not None:
-        return timing["ratio_spread"]
-    return max((timing.get("baseline") or {}).get("spread") or 0.0, (timing.get("candidate") or {}).get("spread") or 0.0)
+    return _noise(timing.get("ratio_spread"), (timing.get("baseline") or {}).get("spread") or 0.0,
+                  (timing.get("candidate") or {}).get("spread") or 0.0)
 
 
 class Timer:
