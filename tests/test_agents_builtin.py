@@ -213,7 +213,7 @@ def test_one_shape_scores_only_the_primary_shape(cpu_task, tiny_shape):
 # --------------------------------------------------------------------------- never twice
 
 def test_configs_in_the_history_and_frontier_are_never_planned_again(cpu_task):
-    space = {"split": {"BV": (32, 64), "num_warps": (4, 8)}, "fused": {"BV": (32, 64)}}
+    space = {"split": {"BV": (32, 64), "num_warps": (4, 8)}, "fused": {"BV": (32, 128)}}
     # an earlier run evaluated split BV=32 (written partially, keys in another order) and
     # fused's default; a member holds split num_warps=8
     history = [
@@ -236,7 +236,7 @@ def test_when_every_family_is_exhausted_plan_returns_none(cpu_task):
     space = {"split": {"BV": (32, 64)}, "fused": {"num_warps": (4, 8)}}
     sim = Simulation(cpu_task, tuned_speed, agent=BuiltinAgent(space=space))
     plans = sim.run(50)
-    assert sorted(p.name for p in plans) == ["fused-default", "fused-w8", "split-bv32", "split-default"]
+    assert sorted(p.name for p in plans) == ["fused-default", "fused-w4", "split-bv32", "split-default"]
     assert sim.step() is None
 
 
@@ -257,7 +257,7 @@ def test_names_are_the_family_and_the_settings_that_differ_from_its_default():
     assert config_name("split", {**d, "CHUNK": 32, "BV": 32}) == "split-c32-bv32"
     shuffled = dict(reversed(list({**d, "BV": 32, "CHUNK": 32}.items())))
     assert config_name("split", shuffled) == "split-c32-bv32"
-    assert config_name("fused", {**default_config("fused"), "num_warps": 8, "num_stages": 2}) == "fused-w8-s2"
+    assert config_name("fused", {**default_config("fused"), "num_warps": 4, "num_stages": 2}) == "fused-w4-s2"
 
 
 def test_a_name_gives_its_config_back_so_archived_attempts_are_not_repeated(cpu_task):
@@ -278,7 +278,7 @@ def test_a_name_gives_its_config_back_so_archived_attempts_are_not_repeated(cpu_
         assert read_back > 150
         assert config_from_name(family, f"{family}-default") == default_config(family)
     assert config_from_name("split", "split-claude-3") is None
-    space = {"split": {"BV": (32, 64)}, "fused": {"BV": (32, 64)}}
+    space = {"split": {"BV": (32, 64)}, "fused": {"BV": (32, 128)}}
     history = [AttemptView(i, f, n, "base", "passed", "passed", "", "", None)  # kernel.py archived: config None
                for i, (f, n) in enumerate([("fused", "fused-default"), ("split", "split-default"),
                                            ("split", "split-bv32")], 1)]

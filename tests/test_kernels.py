@@ -106,3 +106,20 @@ def test_rendering_rejects_unknown_tunables_and_values():
         families.render("split", {"BK": 32})
     with pytest.raises(ValueError, match="CHUNK = 48 not allowed"):
         families.render("fused", {"CHUNK": 48})
+
+
+def test_share_auto_only_where_every_program_fits_at_once():
+    fused = families.module("fused")
+    assert fused._share(32, 128, 8, 132) == 4  # H=32 on an H200: 32 x 4 = 128 programs <= 132 SMs
+    assert fused._share(64, 128, 8, 132) == 2
+    assert fused._share(96, 128, 8, 132) == 1  # 192 programs would not all be resident
+    assert fused._share(16, 64, 8, 132) == 4  # V-blocks of at least 16 columns
+    assert fused._share(32, 128, 2, 132) == 2  # a divisor of the group
+
+
+def test_a_forced_share_is_refused_in_the_interpreter():
+    # the interpreter runs programs one after another: a program waiting for its sibling
+    # would never return, so the kernel refuses instead of hanging
+    p = make_probe("random", Shape("s", 1, 40, 1, 32, 32), CPU_TASK.contract)
+    with pytest.raises(ValueError, match="_share=2 needs a GPU"):
+        families.module("fused").kda_forward(*p.args(), **p.kwargs(), config={"_share": 2})

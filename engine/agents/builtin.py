@@ -55,7 +55,7 @@ PRIOR = {"CHUNK": 1.0, "BV": 1.0, "num_warps": 1.0, "num_stages": 1.0, "prep_war
 # Short forms for member names: family + the settings that differ from the family default.
 ABBREV = {"CHUNK": "c", "BV": "bv", "num_warps": "w", "num_stages": "s", "prep_warps": "pw", "PREP_LOOP": "pl",
           "INV": "inv", "INV_DOT": "invdot", "STATE_DOT": "state", "SOLVE_DOT": "solve", "WORKSPACE": "ws",
-          "SEQ": "seq"}
+          "SEQ": "seq", "GROUP": "g", "X_FORM": "x", "GROUP_DOT": "gd", "SHARE": "sh"}
 MAX_NAME = 48
 
 
@@ -155,6 +155,8 @@ def _why(family: str, key: str, old, new) -> str:
         ("X_FORM", "wu"): "for X = U - W S from W and U: the inverse products leave the state chain",
         ("GROUP_DOT", "3d"): "for batched 3-D products over a group's chunks: no work on cross-chunk pairs",
         ("GROUP_DOT", "2d"): "for one 2-D tile per group, cross-chunk pairs masked: larger, simpler products",
+        ("SHARE", "auto"): "for a head's V-block programs splitting its local terms where the grid leaves SMs idle",
+        ("SHARE", "off"): "for every program computing all of its own local terms: no wait on sibling programs",
         ("INV", "subst"): "for forward substitution in the 16x16 inverse: fewer flops, but a serial loop",
         ("INV", "doubling"): "for the doubling inverse (I-A)(I+A^2)(I+A^4)(I+A^8): four products, no serial loop",
         ("INV_DOT", "tf32x3"): "for tf32x3 doubling products: faster than ieee fp32; the correlated probe tells",

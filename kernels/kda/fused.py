@@ -16,11 +16,23 @@ steps (<= 80 nats at lower_bound -5) above zero: no overflow, no 0 * inf. The in
 (I + A)^-1 is built from the 16x16 diagonal blocks (forward substitution or doubling)
 and a block-Neumann series for the rest (the block-strict part is nilpotent).
 
-GROUP > 1 computes the local terms of GROUP chunks per step as one batch (3-D products over
-16-token chunks, or one 2-D tile with the cross-chunk pairs masked), stages them through a
-per-program scratch in L2 (two slots, a barrier between the stores and the loads), and then
-walks the state through them one chunk at a time with the state held transposed [BV,K].
-On the H200 it has not beaten GROUP = 1 (bench/RESULTS.md): the batch spills registers.
+GROUP > 1 (the default: 8) computes the local terms of GROUP chunks per step as one batch
+(3-D products over 16-token chunks, or one 2-D tile with the cross-chunk pairs masked), stages
+them through a scratch in L2 (two slots, a barrier between the stores and the loads), and then
+walks the state through them one chunk at a time with the state held transposed [BV,K]. The
+batch gives each instruction 8 chunks of independent work where one chunk's chain of small
+products is all latency (bench/RESULTS.md: 0.77x fla at GROUP 1, 1.1-1.2x at GROUP 8).
+
+SHARE='auto' (GROUP > 1): where the grid is small enough that every program is resident at
+once (heads x V-blocks <= SMs, e.g. H = 32 or 64 on an H200), the V-block programs of one
+head split each group's local terms between them (GROUP/SHARE chunks each), publish them in
+one scratch per head and wait at a counter in global memory before walking the state. That
+turns the SMs a small grid leaves idle into local-term throughput (H=32: 0.6x -> 0.86-1.0x
+fla). Elsewhere, and always in the interpreter (which runs programs one after another), each
+program computes all of its local terms itself. The residency it counts on is the GPU's alone:
+two such launches at once on one GPU (two streams, or processes under MPS) could each hold
+SMs that the other's waiting programs need. kdatui's evaluator runs one worker per GPU, and a
+candidate that hangs there is stopped at the task's time limit.
 
 Self-contained: copied alone into a folder as `kernel.py`, it runs. Every tunable is in
 PARAMS / CONFIG below; a variant of this family is this file with another CONFIG.
@@ -37,18 +49,19 @@ import triton.language as tl
 PARAMS = {
     "CHUNK": (16, 32, 64),  # tokens per chunk (sub-blocks of 16 inside)
     "BV": (16, 32, 64, 128),  # V columns per program (more programs vs more repeated work)
-    "num_warps": (2, 4, 8),
+    "num_warps": (2, 4, 8, 16),
     "num_stages": (1, 2, 3),  # software pipelining depth of the chunk loop (GROUP = 1)
-    "GROUP": (1, 2, 4),  # chunks whose local terms are computed together per step (<= 64 tokens)
+    "GROUP": (1, 2, 4, 8),  # chunks whose local terms are computed together per step (<= 128 tokens)
     "X_FORM": ("wu", "direct"),  # X = U - W S, or (I+A)^-1 diag(beta) (V - K S): one product less (GROUP 1)
     "GROUP_DOT": ("2d", "3d"),  # a group as one tile, cross-chunk pairs masked, or batched dots (CHUNK 16)
+    "SHARE": ("off", "auto"),  # GROUP > 1, 3d: a head's V-block programs split its local terms, if all fit at once
     "INV": ("subst", "doubling"),  # 16x16 inverse: forward substitution, or (I-A)(I+A^2)(I+A^4)(I+A^8)
     "INV_DOT": ("ieee", "tf32x3"),  # precision of the doubling products (tf32 is unstable: KDA.md §4)
     "STATE_DOT": ("bf16", "tf32"),  # operands of the state products W S, Q~ S, K~^T X, M X
     "SOLVE_DOT": ("tf32", "tf32x3", "ieee"),  # precision of the A/M and inverse products
 }
 # Defaults: the fastest configuration measured on the H200 (bench/RESULTS.md).
-CONFIG = dict(CHUNK=16, BV=64, num_warps=4, num_stages=1, GROUP=1, X_FORM='wu', GROUP_DOT='3d', INV='doubling', INV_DOT='ieee',
+CONFIG = dict(CHUNK=16, BV=128, num_warps=8, num_stages=1, GROUP=8, X_FORM='wu', GROUP_DOT='3d', SHARE='auto', INV='doubling', INV_DOT='ieee',
               STATE_DOT='bf16', SOLVE_DOT='tf32')
 
 FAMILY = "fused"
@@ -81,8 +94,9 @@ def _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, d
            XD: tl.constexpr):
     """The chunk-local terms of R = G*C tokens from t0: G chunks of C = 16*CB tokens, each
     chunk on its own (no term couples two chunks). Returns W [R,K], U [R,BV], Q~ [R,K],
-    K~ [R,K], M [R,R] (zero outside the diagonal chunk blocks) and, per row, the log2 decay
-    from the start of its chunk to its end [R,K] (exp2 of it on a chunk's row is exp(G_last)).
+    K~ [R,K], M [R,R] (zero outside the diagonal chunk blocks), per row the log2 decay
+    from the start of its chunk to its end [R,K] (exp2 of it on a chunk's row is exp(G_last)),
+    and, last, the log2 decay over all R rows [K] (the chunk's total when G = 1).
     With XD, W and U are not formed: the first two are k^ * exp(G) and V, and a seventh is
     (I + A)^-1 diag(beta) (see the caller); without it the seventh is M again (unused).
     Pointers are at (b, t=0, h); strides are per token. Only 2-D tiles: batched (3-D) dots
@@ -110,7 +124,8 @@ def _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, d
     # its chunk (ce); all exclusive prefix sums of a2 at block boundaries
     cs = tl.zeros((R, K), tl.float32)
     c0 = tl.zeros((R, K), tl.float32)
-    ce = tl.zeros((R, K), tl.float32) + tl.sum(a2, axis=0)[None, :]
+    tot = tl.sum(a2, axis=0)  # [K]: the log2 decay over all R rows (one chunk's total when R = C)
+    ce = tl.zeros((R, K), tl.float32) + tot[None, :]
     for I in tl.static_range(1, NS):
         c_I = tl.sum(tl.where((ii < 16 * I)[:, None], a2, 0.0), axis=0)
         cs = tl.where((blk == I)[:, None], c_I[None, :], cs)
@@ -187,7 +202,7 @@ def _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, d
             for _s in tl.static_range(1, LOG2CB):
                 N = _dot(N, N, SOLVE)
                 Ti = Ti + _dot(N, Ti, SOLVE)
-        return kn * eG, v, Qt, Kt, M, ce - c0, Ti * beta[None, :]
+        return kn * eG, v, Qt, Kt, M, ce - c0, Ti * beta[None, :], tot
     W = _dot(D, beta[:, None] * kn * eG, SOLVE)
     U = _dot(D, beta[:, None] * v, SOLVE)
     if CB > 1:
@@ -200,7 +215,7 @@ def _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, d
             N = _dot(N, N, SOLVE)
             W = W + _dot(N, W, SOLVE)
             U = U + _dot(N, U, SOLVE)
-    return W, U, Qt, Kt, M, ce - c0, M
+    return W, U, Qt, Kt, M, ce - c0, M, tot
 
 
 @triton.jit
@@ -264,14 +279,14 @@ def _terms3(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, s_qk, s_v, s_b, alog_exp, 
 
 
 @triton.jit
-def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_s, kt_s, m_s, gam_s,
+def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_s, kt_s, m_s, gam_s, cnt,
                       T, NC, H, scale, lb2,
                       K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, NS: tl.constexpr,
                       LOG2NS: tl.constexpr, BV: tl.constexpr, GROUP: tl.constexpr, R: tl.constexpr,
                       BATCHED: tl.constexpr, XD: tl.constexpr, HAS_H0: tl.constexpr,
                       STORE_HT: tl.constexpr, INV_DOUBLING: tl.constexpr, STATE: tl.constexpr,
                       SOLVE: tl.constexpr, INVP: tl.constexpr, NUM_STAGES: tl.constexpr,
-                      NO_STATE: tl.constexpr):
+                      SHARE: tl.constexpr, NO_STATE: tl.constexpr):
     pid_v = tl.program_id(0)
     pid_bh = tl.program_id(1).to(tl.int64)
     b = pid_bh // H
@@ -297,10 +312,10 @@ def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_
             S = tl.zeros((K, BV), tl.float32)
         for c in tl.range(0, NC, num_stages=NUM_STAGES):
             t0 = c * C
-            W, U, Qt, Kt, M, glast, Ti = _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
+            W, U, Qt, Kt, M, _, Ti, tot = _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
                                                 alog_exp, dtb, scale, lb2, C, NS, NS, LOG2NS, K, BV,
                                                 INV_DOUBLING, SOLVE, INVP, XD)
-            gam = tl.exp2(tl.min(glast, axis=0))  # every row holds the chunk's total decay
+            gam = tl.exp2(tot)  # exp(G_last): the chunk's total decay, per channel
             if NO_STATE:  # profiling: the chunk-local work alone (output is meaningless)
                 O = U + tl.sum(W + Qt + Kt, axis=1)[:, None] + tl.sum(M + Ti, axis=1)[:, None] + tl.sum(gam)
             else:
@@ -322,6 +337,13 @@ def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_
         # [BV,K] so every state product has M = BV:
         #   X^T = U^T - St W^T;  O^T = St Q~^T + X^T M^T;  St' = St diag(exp(G_last)) + X^T K~
         prog = tl.program_id(1).to(tl.int64) * tl.num_programs(0) + pid_v
+        # SHARE > 1: the SHARE V-block programs of one head split each group's local terms (GP
+        # chunks each) into one scratch per head, meet at a counter in global memory, and then
+        # each walks its own V-block through all of them. U is stored whole (V columns).
+        GP: tl.constexpr = GROUP // SHARE
+        UW: tl.constexpr = V if SHARE > 1 else BV
+        sub = pid_v * (GP * C) if SHARE > 1 else 0  # this program's first row of a group
+        uoff = v0 if SHARE > 1 else 0  # this program's first column of the stored U
         ii = tl.arange(0, R)
         r = tl.arange(0, C)
         s_off = (pid_bh * V + v0 + dv[:, None]) * K + dk[None, :]
@@ -331,15 +353,16 @@ def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_
             St = tl.zeros((BV, K), tl.float32)
         for grp in range(0, tl.cdiv(NC, GROUP)):
             t0 = grp * R
-            slot = prog * 2 + grp % 2
+            slot = (pid_bh if SHARE > 1 else prog) * 2 + grp % 2
             ty = w_s.dtype.element_ty
             if BATCHED:  # chunks of 16 as a batch: M is stored as [G,16,16] blocks, rows of R
-                _terms3(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H, alog_exp, dtb, scale, lb2,
-                        w_s + slot * R * K, qt_s + slot * R * K, kt_s + slot * R * K, u_s + slot * R * BV,
-                        m_s + slot * R * R, gam_s + slot * GROUP * K, R, GROUP, K, BV,
+                row0 = slot * R + sub
+                _terms3(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr - uoff, t0 + sub, T, H * K, H * V, H, alog_exp, dtb,
+                        scale, lb2, w_s + row0 * K, qt_s + row0 * K, kt_s + row0 * K, u_s + row0 * UW,
+                        m_s + row0 * R + sub, gam_s + (slot * GROUP + sub // C) * K, R, GP, K, UW,
                         INV_DOUBLING, SOLVE, INVP)
             else:
-                W, U, Qt, Kt, M, glast, _ = _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
+                W, U, Qt, Kt, M, glast, _, _ = _terms(q_ptr, k_ptr, g_ptr, b_ptr, v_ptr, t0, T, H * K, H * V, H,
                                                    alog_exp, dtb, scale, lb2, R, R // 16, NS, LOG2NS, K, BV,
                                                    INV_DOUBLING, SOLVE, INVP, False)
                 rk = ii[:, None] * K + dk[None, :]
@@ -351,32 +374,53 @@ def _kda_fused_kernel(q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_
                 tl.store(gam_s + slot * GROUP * K + (ii // C)[:, None] * K + dk[None, :], tl.exp2(glast),
                          mask=(ii % C == 0)[:, None])
             tl.debug_barrier()  # the whole program's stores land before any thread reads them
-            for j in tl.static_range(GROUP):
-                if t0 + j * C < T:
-                    base = slot * R + j * C  # row of chunk j in the scratch
-                    Wt = tl.load(w_s + base * K + r[None, :] * K + dk[:, None], cache_modifier=".cg")
-                    Qtt = tl.load(qt_s + base * K + r[None, :] * K + dk[:, None], cache_modifier=".cg")
-                    Ktj = tl.load(kt_s + base * K + r[:, None] * K + dk[None, :], cache_modifier=".cg")
-                    Ut = tl.load(u_s + base * BV + r[None, :] * BV + dv[:, None], cache_modifier=".cg")
-                    Mt = tl.load(m_s + (base + r[None, :]) * R + j * C + r[:, None], cache_modifier=".cg")
-                    gj = tl.load(gam_s + (slot * GROUP + j) * K + dk, cache_modifier=".cg")
-                    if NO_STATE:  # profiling: local work and the scratch round trip alone
-                        Ot = Ut + tl.sum(Mt.to(tl.float32), axis=0)[None, :] + tl.sum(gj)
-                        Ot += tl.sum(Wt.to(tl.float32) + Qtt.to(tl.float32), axis=0)[None, :]
-                        Ot += tl.sum(Ktj.to(tl.float32), axis=1)[None, :]
-                    else:
-                        Xt = Ut - _dot(St, Wt, STATE)
-                        Ot = _dot(St, Qtt, STATE) + _dot(Xt, Mt, STATE)
-                        St = St * gj[None, :] + _dot(Xt, Ktj, STATE)
-                    rows = t0 + j * C + r
-                    tl.store(o_ptr + rows[None, :] * (H * V) + dv[:, None], Ot.to(o.dtype.element_ty),
-                             mask=(rows < T)[None, :])
+            if SHARE > 1:
+                # release this program's share; wait until all SHARE programs of the head have
+                # released this group. No deadlock: the host enables SHARE only when the whole
+                # grid is resident at once (no more programs than SMs).
+                tl.atomic_add(cnt + pid_bh, 1, sem="release", scope="gpu")
+                seen = tl.atomic_add(cnt + pid_bh, 0, sem="acquire", scope="gpu")
+                while seen < SHARE * (grp + 1):
+                    seen = tl.atomic_add(cnt + pid_bh, 0, sem="acquire", scope="gpu")
+                tl.debug_barrier()
+            # a loop, not unrolled: unrolled, the compiler hoists every chunk's loads and spills
+            for j in range(0, tl.minimum(GROUP, tl.cdiv(T - t0, C))):
+                base = slot * R + j * C  # row of chunk j in the scratch
+                Wt = tl.load(w_s + base * K + r[None, :] * K + dk[:, None], cache_modifier=".cg")
+                Qtt = tl.load(qt_s + base * K + r[None, :] * K + dk[:, None], cache_modifier=".cg")
+                Ktj = tl.load(kt_s + base * K + r[:, None] * K + dk[None, :], cache_modifier=".cg")
+                Ut = tl.load(u_s + base * UW + r[None, :] * UW + uoff + dv[:, None], cache_modifier=".cg")
+                Mt = tl.load(m_s + (base + r[None, :]) * R + j * C + r[:, None], cache_modifier=".cg")
+                gj = tl.load(gam_s + (slot * GROUP + j) * K + dk, cache_modifier=".cg")
+                if NO_STATE:  # profiling: local work and the scratch round trip alone
+                    Ot = Ut + tl.sum(Mt.to(tl.float32), axis=0)[None, :] + tl.sum(gj)
+                    Ot += tl.sum(Wt.to(tl.float32) + Qtt.to(tl.float32), axis=0)[None, :]
+                    Ot += tl.sum(Ktj.to(tl.float32), axis=1)[None, :]
+                else:
+                    Xt = Ut - _dot(St, Wt, STATE)
+                    Ot = _dot(St, Qtt, STATE) + _dot(Xt, Mt, STATE)
+                    St = St * gj[None, :] + _dot(Xt, Ktj, STATE)
+                rows = t0 + j * C + r
+                tl.store(o_ptr + rows[None, :] * (H * V) + dv[:, None], Ot.to(o.dtype.element_ty),
+                         mask=(rows < T)[None, :])
         if STORE_HT:
             tl.store(hT + s_off, St)
 
 
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _share(heads: int, V: int, group: int, n_sm: int) -> int:
+    """How many V-block programs of one head split its local terms (SHARE='auto'): the most
+    that divides the group and V (V-blocks of at least 16) while the whole grid, heads x
+    share programs, still fits one program per SM. Only then are all programs resident at
+    once, which their wait on each other needs (a wait on a program not yet started would
+    never end). 1 (no sharing) when even 2 do not fit."""
+    for p in (8, 4, 2):
+        if group % p == 0 and V % p == 0 and V // p >= 16 and heads * p <= n_sm:
+            return p
+    return 1
 
 
 def kda_forward(q, k, v, g, beta, A_log, dt_bias, *, scale=None, lower_bound=-5.0,
@@ -397,26 +441,38 @@ def kda_forward(q, k, v, g, beta, A_log, dt_bias, *, scale=None, lower_bound=-5.
     state_mode = 2 if interp and cfg["STATE_DOT"] == "bf16" else _MODES[cfg["STATE_DOT"]]
     solve_mode = 0 if interp else _MODES[cfg["SOLVE_DOT"]]
     inv_mode = 0 if interp else _MODES[cfg["INV_DOT"]]
-    group = max(1, min(cfg["GROUP"], 64 // C))  # at most 64 tokens of local work per step
+    group = max(1, min(cfg["GROUP"], 128 // C))  # at most 128 tokens of local work per step
+    batched = group > 1 and C == 16 and cfg["GROUP_DOT"] == "3d"
+    share = 1
+    if cfg["SHARE"] == "auto" and batched and q.is_cuda and not interp:
+        share = _share(B * H, V, group, torch.cuda.get_device_properties(q.device).multi_processor_count)
+    if cfg.get("_share"):  # forced (offline compiles, tests on a GPU); never in the interpreter,
+        share = int(cfg["_share"])  # which runs programs one after another: a wait would never end
+        if interp or not batched or group % share or V % share or V // share < 16:
+            raise ValueError(f"_share={share} needs a GPU, GROUP_DOT='3d', CHUNK 16, and a divisor of "
+                             f"GROUP ({group}) and of V ({V}) leaving V-blocks of at least 16")
+    if share > 1:
+        BV = V // share
     grid = (triton.cdiv(V, BV), B * H)
-    if group > 1:  # per-program scratch for the staged terms, two slots (double buffer)
-        n = grid[0] * grid[1] * 2 * group * C
+    cnt = torch.zeros(B * H, dtype=torch.int32, device=q.device) if share > 1 else o
+    if group > 1:  # scratch for the staged terms, two slots (double buffer) per program or head
+        n = (grid[1] if share > 1 else grid[0] * grid[1]) * 2 * group * C
         # the state products' operand type (bf16 loses nothing there); U stays fp32: X = U - W S
         sdt = torch.bfloat16 if cfg["STATE_DOT"] == "bf16" else torch.float32
         w_s, qt_s, kt_s = (torch.empty(n, K, dtype=sdt, device=q.device) for _ in range(3))
-        u_s = torch.empty(n, BV, dtype=torch.float32, device=q.device)
+        u_s = torch.empty(n, V if share > 1 else BV, dtype=torch.float32, device=q.device)
         m_s = torch.empty(n, group * C, dtype=sdt, device=q.device)
         gam_s = torch.empty(n // C, K, dtype=torch.float32, device=q.device)
     else:
         w_s = qt_s = kt_s = u_s = m_s = gam_s = o
     _kda_fused_kernel[grid](
-        q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_s, kt_s, m_s, gam_s,
+        q, k, v, g, beta, A_log, dt_bias, h0, o, hT, w_s, u_s, qt_s, kt_s, m_s, gam_s, cnt,
         T, triton.cdiv(T, C), H, scale, lower_bound * LOG2E,
         K=K, V=V, C=C, NS=C // 16, LOG2NS=int(math.log2(C // 16)), BV=BV, GROUP=group, R=group * C,
-        BATCHED=group > 1 and C == 16 and cfg["GROUP_DOT"] == "3d", XD=group == 1 and cfg["X_FORM"] == "direct",
+        BATCHED=batched, XD=group == 1 and cfg["X_FORM"] == "direct",
         HAS_H0=initial_state is not None, STORE_HT=output_final_state,
         INV_DOUBLING=cfg["INV"] == "doubling", STATE=state_mode, SOLVE=solve_mode, INVP=inv_mode,
-        NUM_STAGES=cfg["num_stages"], num_warps=cfg["num_warps"],
+        NUM_STAGES=cfg["num_stages"], SHARE=share, num_warps=cfg["num_warps"],
         NO_STATE=cfg.get("_stop_after") == "prep",  # profiling knob: chunk-local work only
     )
     return o, (hT if output_final_state else None)
