@@ -20,14 +20,17 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def make_repo(path: Path) -> Path:
-    """A git repo with one commit, like a user's project."""
+def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
+    """A git repo with one commit, like a user's project: `files` (relative path -> text),
+    by default a README."""
     path.mkdir(parents=True, exist_ok=True)
     git(path, "init", "-q", "-b", "main")
     git(path, "config", "user.name", "Test User")
     git(path, "config", "user.email", "test@example.com")
-    (path / "README.md").write_text("a user's project\n")
-    git(path, "add", "README.md")
+    for name, text in (files or {"README.md": "a user's project\n"}).items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    git(path, "add", ".")
     git(path, "commit", "-q", "-m", "first commit")
     return path
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from frontier_support import make_repo
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "tasks" / "tiny.toml"
 AGENTS = ROOT / "tests" / "agents_py"
@@ -52,12 +54,7 @@ def wait_for(repo: Path, pred, timeout: float = 120, what: str = "") -> dict:
 
 @pytest.fixture
 def repo(tmp_path):
-    r = tmp_path / "repo"
-    r.mkdir()
-    subprocess.run(["git", "init", "-q"], cwd=r, check=True)
-    (r / "tiny.toml").write_text(TINY.read_text())
-    subprocess.run(["git", "add", "."], cwd=r, check=True)
-    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"], cwd=r, check=True)
+    r = make_repo(tmp_path / "repo", {"tiny.toml": TINY.read_text()})
     yield r
     kdatui(r, "stop", check=False, timeout=30)
     lock = r / ".frontier" / "engine.lock"

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from frontier_support import make_repo
 from test_engine import ROOT, kdatui, status, wait_for
 
 pytestmark = pytest.mark.slow
@@ -16,12 +17,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def cpu_repo(tmp_path):
-    r = tmp_path / "repo"
-    (r / "tasks").mkdir(parents=True)
-    (r / "tasks" / "kda_fwd_cpu.toml").write_text((ROOT / "tasks" / "kda_fwd_cpu.toml").read_text())
-    subprocess.run(["git", "init", "-q"], cwd=r, check=True)
-    subprocess.run(["git", "add", "."], cwd=r, check=True)
-    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"], cwd=r, check=True)
+    task = "tasks/kda_fwd_cpu.toml"
+    r = make_repo(tmp_path / "repo", {task: (ROOT / task).read_text()})
     yield r
     kdatui(r, "stop", check=False, timeout=60)
 

@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from fake_engine import aio, until
+from frontier_support import make_repo
 from kdatui.engine.protocol import Client
 from kdatui.tui.screens.candidate import CandidateScreen
 from kdatui.tui.screens.dialogs import ConfirmDialog, GeneralizeDialog, PromptDialog
@@ -21,12 +22,7 @@ SIZE = (110, 32)
 @pytest.fixture
 def live(tmp_path, monkeypatch):
     monkeypatch.setenv("KDATUI_ARCHIVE_DIR", str(tmp_path / "archive"))
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    (repo / "tiny.toml").write_text(TINY.read_text())
-    subprocess.run(["git", "add", "."], cwd=repo, check=True)
-    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"], cwd=repo, check=True)
+    repo = make_repo(tmp_path / "repo", {"tiny.toml": TINY.read_text()})
     (repo / ".frontier").mkdir()
     import sys
 
