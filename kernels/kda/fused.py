@@ -418,9 +418,14 @@ def _share(heads: int, V: int, group: int, n_sm: int) -> int:
     once, which their wait on each other needs (a wait on a program not yet started would
     never end). 1 (no sharing) when even 2 do not fit."""
     for p in (8, 4, 2):
-        if group % p == 0 and V % p == 0 and V // p >= 16 and heads * p <= n_sm:
+        if _share_divides(p, V, group) and heads * p <= n_sm:
             return p
     return 1
+
+
+def _share_divides(p: int, V: int, group: int) -> bool:
+    """p programs can split a head: p divides the group and V, leaving V-blocks of >= 16."""
+    return group % p == 0 and V % p == 0 and V // p >= 16
 
 
 def kda_forward(q, k, v, g, beta, A_log, dt_bias, *, scale=None, lower_bound=-5.0,
@@ -448,7 +453,7 @@ def kda_forward(q, k, v, g, beta, A_log, dt_bias, *, scale=None, lower_bound=-5.
         share = _share(B * H, V, group, torch.cuda.get_device_properties(q.device).multi_processor_count)
     if cfg.get("_share"):  # forced (offline compiles, tests on a GPU); never in the interpreter,
         share = int(cfg["_share"])  # which runs programs one after another: a wait would never end
-        if interp or not batched or group % share or V % share or V // share < 16:
+        if interp or not batched or not _share_divides(share, V, group):
             raise ValueError(f"_share={share} needs a GPU, GROUP_DOT='3d', CHUNK 16, and a divisor of "
                              f"GROUP ({group}) and of V ({V}) leaving V-blocks of at least 16")
     if share > 1:
