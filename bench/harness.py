@@ -14,6 +14,12 @@ Parts, in this order (each one's failure is printed and the others still run):
   compare  (with --compare) fused and split against fla at the primary shape, as the
            evaluator reports them; with FILE (the --json output of bench/kda_kernels.py)
            the configs that script timed last, its speedups, and the difference (target <= 3%)
+  dobench  every family against fla at --shapes (default: the primary shape and two general
+           ones), the harness's speedup (judge and sandboxed executors) beside
+           triton.testing.do_bench's ratio measured in this process (target within 3%), and
+           each side's host cost of one call
+  contract the whole contract, no timing, for each family at every shape of the general task
+           (issue 12: the honest candidates pass through the judge)
 
 noise and compare run a reduced contract (preflight only; the probes are what cost
 measures) so the part measures timing, not checks. Needs a CUDA GPU. Prints a short
@@ -78,8 +84,8 @@ def evaluate(evaluator, task, candidate, tag: str):
     t0 = time.perf_counter()
     [ev] = evaluator.evaluate(task, str(candidate), [task.primary_shape], progress=show_events(tag))
     wall = time.perf_counter() - t0
-    log(f"  [{tag}] {ev.verdict} {ev.reason}  ({wall:.1f} s wall; checks {ev.seconds.get('checks', 0):.1f} s, "
-        f"timing {ev.seconds.get('timing', 0):.1f} s)"
+    log(f"  [{tag}] {ev.verdict} {ev.reason}  ({wall:.1f} s wall; checks {ev.seconds.get('checks', 0):.2f} s, "
+        f"timing {ev.seconds.get('timing', 0):.2f} s)"
         + (f"  speedup {ev.speedup:.4f} spread {ev.timing.noise:.2%} vs {ev.baseline}" if ev.timing else ""))
     return ev, wall
 
@@ -168,6 +174,81 @@ def part_compare(evaluator, task, path: str) -> tuple[dict, str]:
     return res, "; ".join(parts) + (f" (target within {COMPARE_TOL:.0%})" if theirs else "")
 
 
+FAMILIES = ["fused", "split"]
+
+
+def _families():
+    from kdatui.kernels.kda import families
+
+    return {f: families.FAMILIES[f] for f in FAMILIES}
+
+
+def part_dobench(evaluator, task, shapes: list[str]) -> tuple[dict, str]:
+    import torch
+    from triton.testing import do_bench
+
+    from kdatui.engine import baselines
+    from kdatui.engine.probes import make_probe
+    from kdatui.engine.task import load_task
+    from kdatui.kernels.kda import families
+
+    general = load_task(ROOT / "tasks" / "kda_fwd_general.toml")
+    res: dict = {"rows": []}
+    worst = 0.0
+    parts = []
+    for name in shapes:
+        shape = general.shapes.get(name) or task.shapes[name]
+        t = replace(timing_only(task, baseline="fla"), shapes={shape.name: shape}, primary_shape=shape.name)
+        p = make_probe("random", shape, task.contract, "cuda", variant="dobench")
+        args, kw = p.args(), p.kwargs()
+        fla_ms = do_bench(lambda: baselines.fla_kda_forward(*args, **kw), warmup=200, rep=1000, return_mode="median")
+        for fam, path in _families().items():
+            mod = families.module(fam)
+            ms = do_bench(lambda: mod.kda_forward(*args, **kw), warmup=200, rep=1000, return_mode="median")
+            fla_ms2 = do_bench(lambda: baselines.fla_kda_forward(*args, **kw), warmup=100, rep=500, return_mode="median")
+            ratio = ((fla_ms + fla_ms2) / 2) / ms
+            ev, _ = evaluate(evaluator, t, path, f"{fam} @ {shape.name}")
+            row = {"shape": shape.name, "family": fam, "do_bench_fla_ms": (fla_ms + fla_ms2) / 2, "do_bench_ms": ms,
+                   "do_bench_ratio": ratio, **summary(ev)}
+            if ev.timing:
+                row.update(harness_ratio=ev.speedup, diff=ev.speedup / ratio - 1,
+                           host_ms={"fla": ev.timing.baseline.host_ms, fam: ev.timing.candidate.host_ms},
+                           timing_s=ev.seconds.get("timing"), flags=ev.timing.flags, suspect=ev.timing.suspect)
+                worst = max(worst, abs(row["diff"]))
+                parts.append(f"{shape.name} {fam} {ev.speedup:.3f}x vs do_bench {ratio:.3f}x ({row['diff']:+.1%})")
+            else:
+                parts.append(f"{shape.name} {fam} {ev.verdict}")
+            log(f"  {row}")
+            res["rows"].append(row)
+        del p, args, kw
+        torch.cuda.empty_cache()
+    res["ok"] = bool(parts) and worst <= COMPARE_TOL
+    res["worst_diff"] = worst
+    return res, "; ".join(parts)
+
+
+def part_contract(evaluator, task) -> tuple[dict, str]:
+    from kdatui.engine.task import load_task
+
+    general = load_task(ROOT / "tasks" / "kda_fwd_general.toml")
+    res: dict = {"rows": []}
+    bad = []
+    for shape in general.shapes.values():
+        for fam, path in _families().items():
+            t0 = time.perf_counter()
+            [ev] = evaluator.evaluate(general, str(path), [shape.name], timing=False)
+            worst = max((r.rms_ratio for r in ev.checks.results[1:]), default=None) if ev.checks else None
+            row = {"shape": shape.name, "family": fam, "verdict": ev.verdict, "reason": ev.reason,
+                   "worst_rms": worst, "seconds": round(time.perf_counter() - t0, 1)}
+            log(f"  {row}")
+            res["rows"].append(row)
+            if ev.verdict != "PASS":
+                bad.append(f"{fam}@{shape.name}: {ev.reason[:80]}")
+    res["ok"] = not bad
+    n = len(res["rows"])
+    return res, (f"{n - len(bad)}/{n} PASS the whole contract" + (": " + "; ".join(bad) if bad else ""))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write every figure and evaluation record to this file")
@@ -176,6 +257,9 @@ def main(argv=None) -> int:
     ap.add_argument("--parts", default="fault,cost,noise,compare", help="which parts to run (comma-separated)")
     ap.add_argument("--timeout", type=float, default=300.0, help="time limit per evaluation, seconds")
     ap.add_argument("--task", default=str(TASK), help="task file (its primary shape is used)")
+    ap.add_argument("--shapes", default="b1_t8192_h96,b1_t8192_h64,b2_t4096_h96",
+                    help="shapes of the dobench part (names in the general task)")
+    ap.add_argument("--families", default=",".join(FAMILIES), help="kernel families of dobench and contract")
     ap.add_argument("--allow-cpu", action="store_true",
                     help="run without a GPU (a smoke test of this script, e.g. with tasks/kda_fwd_cpu.toml)")
     args = ap.parse_args(argv)
@@ -189,6 +273,7 @@ def main(argv=None) -> int:
     from kdatui.engine.task import load_task
 
     task = load_task(args.task)
+    FAMILIES[:] = [f for f in args.families.split(",") if f]
     wanted = [p for p in args.parts.split(",") if p]
     if args.compare is None and "compare" in wanted:
         wanted.remove("compare")
@@ -213,6 +298,10 @@ def main(argv=None) -> int:
                     res, line = part_noise(evaluator, task)
                 elif part == "compare":
                     res, line = part_compare(evaluator, task, args.compare)
+                elif part == "dobench":
+                    res, line = part_dobench(evaluator, task, [x for x in args.shapes.split(",") if x])
+                elif part == "contract":
+                    res, line = part_contract(evaluator, task)
                 else:
                     raise ValueError(f"unknown part {part!r}")
                 res["part_wall_s"] = time.perf_counter() - t0

@@ -12,7 +12,7 @@ from . import __version__
 from .common import EXIT_OK, EXIT_USAGE, UserError
 
 # The modules that add verbs, in the order `kdatui --help` lists them.
-VERB_MODULES = ["verbs_check", "verbs_bench", "verbs_run", "verbs_frontier"]
+VERB_MODULES = ["verbs_check", "verbs_bench", "verbs_run", "verbs_frontier", "verbs_doctor"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,6 +4,7 @@ evaluator's isolated workers, with a live bar per shape and a table at the end."
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import contextmanager
 
@@ -20,19 +21,50 @@ def cmd_bench(args) -> int:
     shapes = [task.shape(n) for n in names]
     if args.timeout is not None and args.timeout <= 0:
         raise UserError(f"--timeout {args.timeout:g}: expected a positive number of seconds")
-    try:
-        evaluator = make_evaluator(args.backend, timeout_s=args.timeout)
-    except EvaluatorError as e:
-        raise UserError(str(e)) from None
-    with evaluator:
-        _say_workers(evaluator, quiet=args.json)
-        with bench_progress([s.name for s in shapes], quiet=args.json) as on_event:
-            evaluations = evaluator.evaluate(task, args.candidate, shapes, progress=on_event)
+    run_socket = os.environ.get("KDATUI_ENGINE_SOCKET")
+    if run_socket:  # inside a coding agent's turn: the run's judge evaluates it, between attempts
+        evaluations = evaluate_in_run(run_socket, args.candidate, names, timing=True, quiet=args.json)
+    else:
+        try:
+            evaluator = make_evaluator(args.backend, timeout_s=args.timeout)
+        except EvaluatorError as e:
+            raise UserError(str(e)) from None
+        with evaluator:
+            _say_workers(evaluator, quiet=args.json)
+            say_sandbox(evaluator)
+            with bench_progress([s.name for s in shapes], quiet=args.json) as on_event:
+                evaluations = evaluator.evaluate(task, args.candidate, shapes, progress=on_event)
     if args.json:
         print(json.dumps([e.to_dict() for e in evaluations], indent=2))
     else:
         bench_table(evaluations)
     return EXIT_OK if all(e.passed for e in evaluations) else EXIT_FAILED
+
+
+def evaluate_in_run(socket_path: str, candidate: str, shapes: list[str] | None, *, timing: bool, quiet: bool):
+    """`kdatui check`/`bench` inside an agent's turn: through the run's agent socket (the
+    run's task and judge; the salt and the harness stay the engine's)."""
+    from pathlib import Path
+
+    from kdatui.engine.protocol import Client, EngineError, EngineUnavailable
+    from kdatui.engine.records import Evaluation
+
+    if not quiet:
+        print(f"kdatui: evaluating through the run's engine ({socket_path}); it waits for the current attempt",
+              file=sys.stderr)
+    try:
+        with Client(socket_path, timeout=None) as c:
+            res = c.request("evaluate", candidate=str(Path(candidate).resolve()), shapes=shapes, timing=timing)
+    except (EngineError, EngineUnavailable) as e:
+        raise UserError(f"the run's engine ({socket_path}): {e}") from None
+    return [Evaluation.from_dict(d) for d in res["evaluations"]]
+
+
+def say_sandbox(evaluator) -> None:
+    """A candidate that runs unsandboxed is said on every run, on stderr (also with --json)."""
+    warning = evaluator.sandbox.warning
+    if warning:
+        print(f"kdatui: warning: {warning}", file=sys.stderr)
 
 
 def _say_workers(evaluator, quiet: bool) -> None:
@@ -124,10 +156,17 @@ def bench_table(evaluations) -> None:
     timed = [e for e in evaluations if e.timing]
     if timed:
         pt = timed[0].timing
-        t.caption = (f"timer {pt.timer}, {pt.trials} trials x {pt.repeats} repeats, L2 flush "
+        t.caption = (f"timer {pt.timer}, {pt.trials} trials x {pt.repeats} calls, each on fresh inputs, L2 flush "
                      f"{'on' if pt.flush_l2 else 'off'}. speedup = median over trials of baseline / candidate; "
                      f"spread = (max - min) / median of those per-trial ratios; ~ = within the spread (noise)")
     console.print(t)
+    for e in timed:
+        b, c = e.timing.baseline.host_ms, e.timing.candidate.host_ms
+        if b is not None and c is not None:
+            console.print(f"host {e.shape}: {b:.3f} ms to enqueue one baseline call, {c:.3f} ms one candidate call "
+                          f"(with the GPU idle; not in the speedup)", highlight=False)
+        for flag in e.timing.flags:
+            console.print(f"[yellow]flag[/] {e.shape}: {flag}", highlight=False)
     for e in evaluations:
         if not e.passed:
             console.print(f"[{VERDICT_STYLE.get(e.verdict, '')}]{e.verdict}[/] {e.shape}: {e.reason}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from .common import EXIT_FAILED, EXIT_OK, load_task_ref, rel_path, say_device
 
@@ -30,27 +31,51 @@ def cmd_tasks(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from kdatui.engine.checks import default_device, run_checks
-
-    from .render import check_table, progress_bar
-
+    """The whole correctness contract, per shape, through the evaluator: the candidate runs
+    in a sandboxed executor, judged from another process (never in this one)."""
     from kdatui.engine.candidate import locate
+    from kdatui.engine.evaluator import make_evaluator
+
+    from .render import check_table
+    from .verbs_bench import bench_progress, evaluate_in_run, say_sandbox
 
     task = load_task_ref(args.task)
     locate(args.candidate)  # a missing candidate is a usage error, before any work
     shapes = [task.shape(args.shape)] if args.shape else list(task.shapes.values())
-    device = default_device()
-    say_device(device, args.json)
-    reports = []
-    for shape in shapes:
-        with progress_bar(f"check {shape.name}", quiet=args.json) as update:
-            reports.append(run_checks(task, shape, args.candidate, device=device, progress=update))
-    if args.json:
-        print(json.dumps([r.to_dict() for r in reports], indent=2))
+    run_socket = os.environ.get("KDATUI_ENGINE_SOCKET")
+    if run_socket:  # inside a coding agent's turn: the run's judge checks it
+        evaluations = evaluate_in_run(run_socket, args.candidate, [s.name for s in shapes], timing=False,
+                                      quiet=args.json)
     else:
-        for r in reports:
-            check_table(r)
-    return EXIT_OK if all(r.passed for r in reports) else EXIT_FAILED
+        with make_evaluator("local") as evaluator:
+            say_device("cpu" if evaluator.device_kind == "cpu" else "cuda", args.json)
+            say_sandbox(evaluator)
+            with bench_progress([s.name for s in shapes], quiet=args.json) as on_event:
+                evaluations = evaluator.evaluate(task, args.candidate, shapes, progress=on_event, timing=False)
+    reports = [report_of(e) for e in evaluations]
+    if args.json:
+        print(json.dumps(reports, indent=2))
+    else:
+        for e in evaluations:
+            if e.checks is not None:
+                check_table(e.checks)
+            if e.verdict == "ERROR" and (e.checks is None or e.checks.verdict != "ERROR"):
+                print(f"ERROR {e.shape}: {e.reason}")
+    return EXIT_OK if all(e.passed for e in evaluations) else EXIT_FAILED
+
+
+def report_of(e) -> dict:
+    """The check report of an evaluation as `kdatui check --json` prints it; an evaluation
+    that ended before its checks did (its executor died) still says why."""
+    if e.checks is not None:
+        d = e.checks.to_dict()
+        if e.verdict != d["verdict"]:
+            d["verdict"] = e.verdict
+        d["reason"] = e.reason
+        d["candidate"] = e.candidate
+        return d
+    return {"candidate": e.candidate, "task": e.task, "shape": e.shape, "dims": e.dims, "device": e.device,
+            "harness": e.harness, "verdict": e.verdict, "reason": e.reason, "results": [], "seconds": e.seconds.get("total", 0.0)}
 
 
 def register(sub) -> None:

@@ -8,16 +8,16 @@ Verdicts:
   FLAKY  identical inputs gave results that disagree between runs (a race)
   ERROR  the candidate could not be run as the contract says: it raised, returned the
          wrong structure, shape or dtype, or imports what it may not
+  SUSPECT (an evaluation's, from its timing) the checks passed but the timing cannot be
+         trusted: a bent timer, or a time below the shape's physical floor; never admitted
 """
 
 from __future__ import annotations
 
 import math
 import time
-import traceback
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 
@@ -26,7 +26,7 @@ from .probes import ProbeInputs, Tolerance, make_probe, perturb_, probe_names
 from .task import Shape, Task
 
 HARNESS_VERSION = "1"
-VERDICTS = ("PASS", "FAIL", "FLAKY", "ERROR")
+VERDICTS = ("PASS", "FAIL", "FLAKY", "SUSPECT", "ERROR")
 # Two runs on identical inputs may differ by rounding (atomics); beyond this share of the
 # reference's RMS the difference is a race, not rounding.
 FLAKY_RMS = 1e-2
@@ -85,7 +85,7 @@ class CheckReport:
 
 
 def worst(verdicts: list[str]) -> str:
-    for v in ("ERROR", "FAIL", "FLAKY"):
+    for v in ("ERROR", "FAIL", "SUSPECT", "FLAKY"):
         if v in verdicts:
             return v
     return "PASS"
@@ -152,83 +152,29 @@ def compare(x: torch.Tensor, y: torch.Tensor, tol: Tolerance, what: str) -> Comp
 
 # --------------------------------------------------------------------------- running
 
-@contextmanager
-def poisoned_allocations(device: str):
-    """Make every freshly allocated floating-point tensor start as NaN, so an output
-    element the candidate never writes shows up as non-finite."""
-    if device.startswith("cuda"):
-        # Pre-fill the caching allocator with NaN blocks that later allocations reuse: the
-        # tensor is freed at once, its block stays cached, NaN-filled.
-        free, _ = torch.cuda.mem_get_info()
-        torch.full((min(free // 8, 1 << 30) // 4,), float("nan"), device=device)
-    names = ("empty", "empty_like", "empty_strided")
-    saved = {n: getattr(torch, n) for n in names}
-    saved_new_empty = torch.Tensor.new_empty
+class CandidateCalls(Protocol):
+    """How the checks reach a candidate: never in this process. The judge's implementation
+    (`engine/judge.py` CandidateSession) copies a probe's inputs into the arena shared with
+    the candidate's executor, has it call `kda_forward` there, and returns the judge's own
+    copies of the outputs. `call` raises CandidateFault when the candidate broke the
+    interface (raised, wrong structure); `changed_inputs` names an input the last call
+    modified in place ("" if none)."""
 
-    def poison(f):
-        def wrapped(*a, **kw):
-            t = f(*a, **kw)
-            if t.is_floating_point():
-                t.fill_(float("nan"))
-            return t
-        return wrapped
+    where: str  # where the evaluation is, for a fault's reason ("during check 3/17 'saturated'")
+    step: str  # the check being run
 
-    try:
-        for n in names:
-            setattr(torch, n, poison(saved[n]))
-        torch.Tensor.new_empty = poison(saved_new_empty)
-        yield
-    finally:
-        for n in names:
-            setattr(torch, n, saved[n])
-        torch.Tensor.new_empty = saved_new_empty
+    def call(self, p: ProbeInputs, output_final_state: bool = True, poison: bool = False): ...
+
+    def changed_inputs(self, p: ProbeInputs) -> str: ...
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def call_candidate(fn, p: ProbeInputs, shape: Shape, device: str, output_final_state: bool = True):
-    """Call `fn` on a probe and check the structure of what comes back. Raises
-    CandidateFault naming the fault (the caller turns it into ERROR)."""
-    try:
-        out = fn(*p.args(), **p.kwargs(output_final_state))
-        _sync(device)
-    except Exception as e:  # the candidate's own error, reported, never re-raised
-        msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-        tb = traceback.extract_tb(e.__traceback__)
-        where = f" at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else ""
-        raise CandidateFault(f"raised {type(e).__name__}{where}: {msg}") from e
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise CandidateFault(f"returned {type(out).__name__}, expected a pair (o, final_state)")
-    o, final = out
-    B, T, H, K, V = shape.B, shape.T, shape.H, shape.K, shape.V
-    _expect_tensor("o", o, (B, T, H, V), torch.bfloat16, p.q.device)
-    if output_final_state or final is not None:
-        if final is None:
-            raise CandidateFault("final_state is None although output_final_state=True")
-        _expect_tensor("final_state", final, (B, H, V, K), torch.float32, p.q.device)
-    for out_name, t in (("o", o), ("final_state", final)):
-        if t is None:
-            continue
-        for in_name, x in p.tensors().items():
-            if t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
-                raise CandidateFault(f"{out_name} shares memory with the input {in_name}")
+def call_candidate(cand: CandidateCalls, p: ProbeInputs, shape: Shape, device: str, output_final_state: bool = True):
+    """One call of the candidate on a probe: (o, final_state), shapes as the contract says
+    (the arena's slots have them), or CandidateFault naming the fault."""
+    o, final = cand.call(p, output_final_state)
+    if output_final_state and final is None:
+        raise CandidateFault("final_state is None although output_final_state=True")
     return o, final
-
-
-def _expect_tensor(name, t, shape, dtype, device):
-    if not isinstance(t, torch.Tensor):
-        raise CandidateFault(f"{name} is a {type(t).__name__}, expected a tensor")
-    if tuple(t.shape) != shape:
-        raise CandidateFault(f"{name} has shape {list(t.shape)}, expected {list(shape)}")
-    if t.dtype != dtype:
-        raise CandidateFault(f"{name} has dtype {t.dtype}, expected {dtype}")
-    if t.device != device:
-        raise CandidateFault(f"{name} is on {t.device}, expected {device}")
-    if not t.is_contiguous():
-        raise CandidateFault(f"{name} is not dense (not contiguous), strides {t.stride()}")
 
 
 def reference_outputs(p: ProbeInputs, cache: dict | None = None):
@@ -289,17 +235,15 @@ def check_probe(fn, p: ProbeInputs, shape: Shape, device: str, runs: int,
     return _result(p.name, worst_c)
 
 
-def preflight(fn, shape: Shape, task: Task, device: str, references: dict | None = None) -> CheckResult:
+def preflight(fn: CandidateCalls, shape: Shape, task: Task, device: str, references: dict | None = None) -> CheckResult:
     """One call under poisoned allocations: structure, every element written and finite,
     no aliasing, inputs left untouched; then output_final_state=False."""
     p = make_probe("random", shape, task.contract, device, variant="preflight")
     p.name = "preflight"
-    before = {n: t.clone() for n, t in p.tensors().items()}
-    with poisoned_allocations(device):
-        o, final = call_candidate(fn, p, shape, device)
-    for n, t in p.tensors().items():
-        if not torch.equal(t, before[n]):
-            return CheckResult("preflight", "FAIL", f"the candidate modified its input {n} in place")
+    o, final = fn.call(p, True, poison=True)
+    changed = fn.changed_inputs(p)
+    if changed:
+        return CheckResult("preflight", "FAIL", f"the candidate modified its input {changed} in place")
     ref = reference_outputs(p, references)
     c = _judge(o, final, ref, p.tolerance)
     if not c.ok:
@@ -311,8 +255,10 @@ def preflight(fn, shape: Shape, task: Task, device: str, references: dict | None
     return _result("preflight", c)
 
 
-def input_dependence(fn, shape: Shape, task: Task, device: str) -> CheckResult:
-    """After a call, perturb the inputs in place; the next call must follow them."""
+def input_dependence(fn: CandidateCalls, shape: Shape, task: Task, device: str) -> CheckResult:
+    """After a call, perturb the inputs in place; the next call must follow them. Then one
+    element of q, at a position drawn in secret, is changed in place: a cache keyed on a
+    sample of the inputs (a fingerprint) misses it and answers with the old output."""
     p = make_probe("random", shape, task.contract, device, variant="input_dependence")
     p.name = "input_dependence"
     call_candidate(fn, p, shape, device)
@@ -322,7 +268,25 @@ def input_dependence(fn, shape: Shape, task: Task, device: str) -> CheckResult:
     if not c.ok:
         return _result("input_dependence", c,
                        reason=f"after the inputs changed in place: {c.reason} (stale or cached result?)")
+    where = perturb_one_(p)
+    o, final = call_candidate(fn, p, shape, device)
+    c1 = _judge(o, final, reference_outputs(p), p.tolerance)
+    if not c1.ok:
+        return _result("input_dependence", c1,
+                       reason=f"after one input element changed in place (q{where}): {c1.reason} "
+                              f"(a result cached on a sample of the inputs?)")
     return _result("input_dependence", c)
+
+
+def perturb_one_(p: ProbeInputs) -> list[int]:
+    """Set one element of q, drawn with the OS's randomness (not the contract's seed: a
+    candidate cannot know it), far from its neighbours: the normalized query of that token
+    and head, and so its output row, change entirely."""
+    import secrets
+
+    idx = [secrets.randbelow(n) for n in p.q.shape]
+    p.q[tuple(idx)] = 8.0 if float(p.q[tuple(idx)]) < 0 else -8.0
+    return idx
 
 
 def default_device() -> str:
@@ -347,19 +311,24 @@ def check_steps(task: Task) -> list[str]:
 
 def run_checks(task: Task, shape: Shape, candidate: str, *, device: str | None = None,
                progress: Progress | None = None, fail_fast: bool = False,
-               salt: bytes | None = None, references: dict | None = None) -> CheckReport:
-    """Every check of the contract for one candidate at one shape. Pass the same
-    `references` dict to several calls at one shape to compute each reference once."""
+               salt: bytes | None = None, references: dict | None = None,
+               calls: CandidateCalls | None = None) -> CheckReport:
+    """Every check of the contract for one candidate at one shape. The candidate runs in an
+    executor, never here: `calls` is one loaded by the judge; without it a one-off executor
+    is started for `candidate` (and stopped after). Pass the same `references` dict to
+    several calls at one shape to compute each reference once."""
     device = device or default_device()
-    prepare_device(device)
     report = CheckReport(candidate=str(candidate), task=task.name, shape=shape.name,
                          dims=shape.dims(), device=_device_name(device))
     steps = check_steps(task)
     t_start = time.perf_counter()
+    fn = calls
 
     def step(i, label, f):
         if progress:
             progress(i, len(steps), label)
+        if fn is not None:
+            fn.where, fn.step = f"during check {i + 1}/{len(steps)} '{label}'", label
         t0 = time.perf_counter()
         try:
             r = f()
@@ -375,26 +344,35 @@ def run_checks(task: Task, shape: Shape, candidate: str, *, device: str | None =
     step(0, "static", lambda: CheckResult("static", "ERROR" if problems else "PASS", "; ".join(problems)))
     if problems:
         return _finish(report, t_start, progress, steps)
-    try:
-        fn = cand.load(candidate).kda_forward
-    except cand.CandidateError as e:
-        report.results[-1] = CheckResult("static", "ERROR", str(e))
-        return _finish(report, t_start, progress, steps)
+    own = None
+    if fn is None:
+        from .judge import one_off_session
 
-    r = step(1, "preflight", lambda: preflight(fn, shape, task, device, references))
-    if r.verdict == "ERROR" or (fail_fast and not r.passed):
-        return _finish(report, t_start, progress, steps)
-    runs = task.contract.runs_per_probe
-    for i, name in enumerate(probe_names(task.contract), start=2):
-        def one(name=name):
-            return check_probe(fn, make_probe(name, shape, task.contract, device, salt), shape, device, runs,
-                               references)
-        r = step(i, name, one)
-        if fail_fast and not r.passed:
+        own = one_off_session(candidate, device, shape, timeout_s=task.bench.timeout_s)
+        fn = own
+    try:
+        if own is not None or not getattr(fn, "loaded", True):
+            problem = fn.load_problem()
+            if problem:
+                report.results[-1] = CheckResult("static", "ERROR", problem)
+                return _finish(report, t_start, progress, steps)
+        r = step(1, "preflight", lambda: preflight(fn, shape, task, device, references))
+        if r.verdict == "ERROR" or (fail_fast and not r.passed):
             return _finish(report, t_start, progress, steps)
-    if task.contract.input_dependence:
-        step(len(steps) - 1, "input_dependence", lambda: input_dependence(fn, shape, task, device))
-    return _finish(report, t_start, progress, steps)
+        runs = task.contract.runs_per_probe
+        for i, name in enumerate(probe_names(task.contract), start=2):
+            def one(name=name):
+                return check_probe(fn, make_probe(name, shape, task.contract, device, salt), shape, device, runs,
+                                   references)
+            r = step(i, name, one)
+            if fail_fast and not r.passed:
+                return _finish(report, t_start, progress, steps)
+        if task.contract.input_dependence:
+            step(len(steps) - 1, "input_dependence", lambda: input_dependence(fn, shape, task, device))
+        return _finish(report, t_start, progress, steps)
+    finally:
+        if own is not None:
+            own.close()
 
 
 def _exists(path) -> bool:

@@ -26,7 +26,7 @@ from pathlib import Path
 from .events import EventBus
 from .gitrepo import candidate_dir
 from .loop import Budget, RunControl, RunLoop, cell_of
-from .protocol import COMMANDS, encode, socket_path
+from .protocol import AGENT_COMMANDS, COMMANDS, agent_socket_path, encode, socket_path
 from .store import FrontierError
 from .task import TaskError, load_task
 
@@ -86,11 +86,14 @@ class Engine:
         self.agent = make_agent(agent, self.task, repo=self.fr.repo.root)
         self.evaluator = make_evaluator()
         self.sock_path = socket_path(self.dir)
+        self.agent_sock_path = agent_socket_path(self.dir)
+        # a coding agent's turn reaches the run's judge through the agent socket (evaluate and status only)
         self.loop = RunLoop(self.fr, self.evaluator, self.agent, self.bus, self.task, run.id, self.budget,
-                            self.control, engine_socket=self.sock_path, seed=seed,
+                            self.control, engine_socket=self.agent_sock_path, seed=seed,
                             on_new_run=self._on_new_run)
         self.started = time.time()
         self.server = ControlServer(self, self.sock_path)
+        self.agent_server = ControlServer(self, self.agent_sock_path, allowed=AGENT_COMMANDS)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -146,6 +149,7 @@ class Engine:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda *_: self.control.stop("signal"))
         self.server.start()
+        self.agent_server.start()
         runner = threading.Thread(target=self.loop.run, name="run-loop", daemon=True)
         runner.start()
         idle_since = None
@@ -176,6 +180,7 @@ class Engine:
         self.bus.emit("run-stopped", f"engine stopped: {why}")
         self.bus.close()
         self.server.close()
+        self.agent_server.close()
         self.evaluator.close()
         try:
             self.fr.close()
@@ -216,6 +221,7 @@ class Engine:
             "members": len(members), "best": best, "next_cleanup_s": cleanup_in,
             "device": self._device(), "current": loop.current, "pid": os.getpid(),
             "notes_pending": len(self.control.notes), "run_state": run.state if run else None,
+            "sandbox": self.evaluator.sandbox.to_dict(),
         }
 
     def _device(self) -> str:
@@ -299,11 +305,12 @@ class Engine:
             f"{s} {c['verdict']}" + (f" {c['speedup']:.2f}x" if c.get("speedup") else "")
             for s, c in res["cells"].items())}
 
-    def cmd_evaluate(self, candidate: str, shapes: list[str] | None = None, checks_only: bool = False) -> dict:
-        """An agent's `kdatui check`/`bench` inside its turn: through the run's evaluator."""
+    def cmd_evaluate(self, candidate: str, shapes: list[str] | None = None, timing: bool = True) -> dict:
+        """An agent's `kdatui check` (timing false) or `kdatui bench` inside its turn: through
+        the run's judge, between attempts (GPU jobs never collide)."""
         with self.loop.eval_lock:
-            evs = self.evaluator.evaluate(self.loop.task, candidate, shapes)
-        return {"evaluations": [e.to_dict() for e in evs]}
+            evs = self.evaluator.evaluate(self.loop.task, candidate, shapes, timing=bool(timing))
+        return {"task": self.loop.task.name, "evaluations": [e.to_dict() for e in evs]}
 
     def cmd_snapshot(self) -> dict:
         loop = self.loop
@@ -379,9 +386,10 @@ def _unified(a: str, b: str, name_a: str, name_b: str) -> str:
 class ControlServer:
     """Newline-JSON over a Unix socket, a thread per client (few clients; simple and robust)."""
 
-    def __init__(self, engine: Engine, path: Path):
+    def __init__(self, engine: Engine, path: Path, allowed: tuple[str, ...] | None = None):
         self.engine = engine
         self.path = Path(path)
+        self.allowed = allowed  # None: every command
         self.sock = None
         self._closed = False
 
@@ -427,6 +435,10 @@ class ControlServer:
                     conn.sendall(encode({"id": None, "ok": False, "error": "not a JSON line"}))
                     continue
                 rid, cmd = msg.pop("id", None), msg.pop("cmd", None)
+                if self.allowed is not None and cmd not in self.allowed:
+                    conn.sendall(encode({"id": rid, "ok": False, "error": f"{cmd!r} is not answered on this socket "
+                                         f"(a coding agent's: {', '.join(self.allowed)})"}))
+                    continue
                 if cmd == "subscribe":
                     conn.sendall(encode({"id": rid, "ok": True, "result": {}}))
                     self._stream(conn, int(msg.get("backlog", 500)))

@@ -1,24 +1,23 @@
-"""The evaluator: checks and paired timing of a candidate, per shape, in isolated workers.
+"""The evaluator: checks and paired timing of a candidate, per shape, out of its reach.
 
-`Evaluator` is the interface the search loop, the CLI and the TUI use:
+`Evaluator` is the interface the search loop, the CLI verbs and the TUI use:
 
     with make_evaluator() as ev:
         evaluations = ev.evaluate(task, "path/to/candidate", ["b1_t8192_h96"], progress=print)
 
 Backends:
-  local  worker subprocesses (`kdatui.engine.worker`): one per visible GPU, pinned with
-         CUDA_VISIBLE_DEVICES, or one on the CPU when there is no GPU. The candidate only
-         ever runs in a worker, never in the calling process.
-  ray    Ray tasks on an existing cluster (a placeholder here: it says what it needs).
+  local  one judge process (`kdatui.engine.judge`) per visible GPU, pinned with
+         CUDA_VISIBLE_DEVICES, or one on the CPU when there is no GPU. Each judge runs the
+         candidate in a sandboxed executor of its own (engine/executor.py, engine/sandbox.py);
+         no candidate code runs in this process or in the judge.
+  ray    Ray actors on an existing cluster (a placeholder here: it says what it needs).
 
-Faults and how they are seen (each becomes an ERROR evaluation naming the fault, and the
-worker is replaced so the next evaluation runs in a clean process):
-  the worker dies (segfault, os._exit, OOM killer)  end of file on its pipe + its exit status
-  it hangs or runs past the time limit               no result before the deadline: the whole
-                                                     process group is killed with SIGKILL
-  a CUDA error / memory exhaustion / sys.exit        the worker reports it and retires itself
-Nothing here waits on a worker without a deadline, so close() returns promptly even when a
-candidate is stuck in a loop that ignores signals.
+Faults: a candidate that crashes, hangs, exhausts memory or breaks CUDA takes down its
+executor, not the judge; the judge records an ERROR naming it and starts a fresh executor.
+Should a judge itself die or hang, it is seen here (end of file, or no result before the
+deadline: its whole process group is killed) and replaced. A candidate that hangs on one
+shape is not run on the others of the same call. Nothing here waits without a deadline, so
+close() returns promptly even when a candidate is stuck in a loop that ignores signals.
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
+from . import sandbox
 from .checks import HARNESS_VERSION
 from .records import Evaluation
 from .task import Shape, Task
@@ -52,6 +52,7 @@ DEFAULT_CPU_MEMORY_LIMIT = 8 << 30  # RLIMIT_AS of a CPU worker: torch + interpr
 # references at B=1 T=8192 H=96 take about 14 GB of the H200's 141 GB.
 DEFAULT_REFERENCE_CACHE = 16 << 30
 STARTUP_TIMEOUT_S = 300.0  # importing torch + triton and creating a CUDA context
+JUDGE_SLACK_S = 120.0  # beyond the candidate's time limit, before a silent judge counts as hung
 EXIT_GRACE_S = 2.0  # how long close() lets idle workers leave on their own before SIGKILL
 RECYCLE_AFTER = 200  # evaluations per worker before a fresh one (loaded candidates accumulate)
 LOG_TAIL_CHARS = 3000
@@ -75,9 +76,16 @@ class Evaluator(ABC):
 
     @abstractmethod
     def evaluate(self, task: Task, candidate_path: str | Path, shapes: Iterable[str | Shape] | None = None,
-                 *, progress: ProgressFn | None = None) -> list[Evaluation]:
+                 *, progress: ProgressFn | None = None, timing: bool = True) -> list[Evaluation]:
         """Shapes default to all of the task's. `progress(event)` receives dicts with an
-        `event` key ("start", "progress", "result", "worker"), see LocalEvaluator."""
+        `event` key ("start", "progress", "result", "worker"), see LocalEvaluator.
+        `timing=False`: the checks alone (`kdatui check`)."""
+
+    @property
+    def sandbox(self) -> sandbox.SandboxInfo:
+        """What keeps candidates in (engine/sandbox.py); its `warning` is shown wherever
+        results are."""
+        return sandbox.detect()
 
     @abstractmethod
     def close(self) -> None:
@@ -135,18 +143,20 @@ class _Timeout(Exception):
 
 
 class WorkerProcess:
-    """One worker subprocess in its own process group, and the pipes to it."""
+    """One judge subprocess (the slot's worker) in its own process group, and the pipes to it."""
 
     def __init__(self, device: str, *, name: str, memory_limit: int, reference_cache: int, workdir: Path,
                  env: dict):
         self.device = device  # "cpu" or the CUDA_VISIBLE_DEVICES entry
-        self.log_path = workdir / f"worker-{name}.log"
+        self.log_path = workdir / f"judge-{name}.log"
         self.info: dict | None = None  # the "ready" message
         self.jobs = 0
         self._buf = b""
         self._killed = False
-        args = [sys.executable, "-P", "-m", "kdatui.engine.worker", "--parent-pid", str(os.getpid()),
-                "--device", "cpu" if device == "cpu" else "cuda"]
+        self.workdir = workdir / f"judge-{name}"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        args = [sys.executable, "-P", "-m", "kdatui.engine.judge", "--parent-pid", str(os.getpid()),
+                "--device", "cpu" if device == "cpu" else "cuda", "--workdir", str(self.workdir)]
         if device == "cpu" and memory_limit:
             args += ["--memory-limit", str(memory_limit)]
         if device == "cpu" and memory_limit and reference_cache:
@@ -253,10 +263,10 @@ class WorkerProcess:
             except ValueError:
                 name = f"signal {-rc}"
             meaning = SIGNAL_MEANING.get(name)
-            return f"worker killed by signal {name}" + (f" ({meaning})" if meaning else "")
+            return f"judge killed by signal {name}" + (f" ({meaning})" if meaning else "")
         if rc == 70:
-            return "worker exited because it lost its evaluator"
-        return f"worker exited with status {rc}"
+            return "judge exited because it lost its evaluator"
+        return f"judge exited with status {rc}"
 
     def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
         try:
@@ -287,6 +297,7 @@ class WorkerSlot:
         self.startup_timeout_s = startup_timeout_s
         self.recycle_after = recycle_after
         self.replaced = 0
+        self.sandbox: sandbox.SandboxInfo | None = None  # what the judge reported it uses
         self.closed = False  # set by the evaluator's close(): no worker may start after it
         self.worker: WorkerProcess | None = None
         self.start()
@@ -338,6 +349,8 @@ class WorkerSlot:
             raise WorkerFault(f"worker failed to start: {why}" + (f": {last}" if last else ""), log)
         w.info = msg
         self.device_name = msg.get("device", self.device_name)
+        if msg.get("sandbox"):
+            self.sandbox = sandbox.SandboxInfo(msg["sandbox"]["kind"], msg["sandbox"].get("reason", ""))
         return w
 
 
@@ -373,14 +386,15 @@ class _Job:
     task_toml: str
     shape: Shape
     candidate: str  # as the caller gave it (for the record)
-    candidate_abs: str  # what the worker loads
+    candidate_abs: str  # what the judge reads
     baseline_abs: str | None  # the task's baseline path made absolute (None: a named baseline)
-    salt: str
     timeout_s: float
+    timing: bool = True
+    hung: list | None = None  # shared by the jobs of one call: the first shape that hung
 
 
 class LocalEvaluator(Evaluator):
-    """Worker subprocesses on this machine: one per visible GPU, or one on the CPU.
+    """Judge subprocesses on this machine: one per visible GPU, or one on the CPU.
 
     `evaluate` runs the shapes of one call on as many workers as are free (in threads when
     there are several) and is safe to call from several threads at once.
@@ -425,10 +439,11 @@ class LocalEvaluator(Evaluator):
     # -- the interface
 
     def evaluate(self, task: Task, candidate_path: str | Path, shapes: Iterable[str | Shape] | None = None,
-                 *, progress: ProgressFn | None = None) -> list[Evaluation]:
+                 *, progress: ProgressFn | None = None, timing: bool = True) -> list[Evaluation]:
         if self._closed:
             raise EvaluatorError("this evaluator is closed")
-        jobs = [self._job(task, candidate_path, s) for s in self._shapes(task, shapes)]
+        hung: list = []
+        jobs = [replace(self._job(task, candidate_path, s), timing=timing, hung=hung) for s in self._shapes(task, shapes)]
         emit = _safe(progress)
         if len(jobs) == 1 or len(self.slots) == 1:
             return [self._run(job, emit) for job in jobs]
@@ -472,13 +487,8 @@ class LocalEvaluator(Evaluator):
                 base = Path(task.path).parent / base
             baseline_abs = str(base.resolve())
         sent = task if baseline_abs is None else replace(task, bench=replace(task.bench, baseline=baseline_abs))
-        salt = ""
-        if task.contract.holdout:
-            from .probes import holdout_salt
-
-            salt = holdout_salt().hex()  # read here, once: the worker needs no config access
         return _Job(task=task, task_toml=sent.dumps(), shape=shape, candidate=str(candidate_path),
-                    candidate_abs=str(Path(candidate_path).resolve()), baseline_abs=baseline_abs, salt=salt,
+                    candidate_abs=str(Path(candidate_path).resolve()), baseline_abs=baseline_abs,
                     timeout_s=self.timeout_s or task.bench.timeout_s)
 
     def _run(self, job: _Job, emit: ProgressFn) -> Evaluation:
@@ -491,6 +501,14 @@ class LocalEvaluator(Evaluator):
     def _run_on(self, slot: WorkerSlot, job: _Job, emit: ProgressFn) -> Evaluation:
         tag = {"shape": job.shape.name, "worker": slot.label}
         emit({"event": "start", "candidate": job.candidate, **tag})
+        if job.hung:
+            # A candidate that hung on one shape is not run on the others: one time limit, not one per shape.
+            ev = Evaluation.error(job.candidate, job.task.name, job.shape,
+                                  f"not run: the candidate hung on {job.hung[0]}", device=slot.device_name,
+                                  harness=HARNESS_VERSION, seconds={"checks": 0.0, "timing": 0.0, "total": 0.0})
+            emit({"event": "result", "verdict": ev.verdict, "reason": ev.reason, "speedup": None,
+                  "seconds": ev.seconds, **tag})
+            return ev
 
         def forward(msg: dict) -> None:
             emit({**msg, **tag})
@@ -510,6 +528,8 @@ class LocalEvaluator(Evaluator):
             slot.stop()
             slot.worker = None
             raise
+        if ev.verdict == "ERROR" and ev.reason.startswith("timed out") and job.hung is not None and not job.hung:
+            job.hung.append(f"{job.shape.name} ({ev.reason})")
         ev.candidate = job.candidate
         if ev.checks is not None:
             ev.checks.candidate = job.candidate
@@ -526,8 +546,10 @@ class LocalEvaluator(Evaluator):
         job_id = next(self._ids)
         w.jobs += 1
         w.send({"op": "evaluate", "id": job_id, "task_name": job.task.name, "task_toml": job.task_toml,
-                "shape": job.shape.name, "candidate": job.candidate_abs, "salt": job.salt})
-        deadline = time.monotonic() + job.timeout_s
+                "shape": job.shape.name, "candidate": job.candidate_abs, "timing": job.timing,
+                "timeout_s": job.timeout_s})
+        # The judge holds the candidate to its time limit; this deadline is for a judge gone silent.
+        deadline = time.monotonic() + job.timeout_s + JUDGE_SLACK_S
         last_progress: dict | None = None
         while True:
             try:
@@ -545,13 +567,7 @@ class LocalEvaluator(Evaluator):
                 last_progress = msg
                 forward(msg)
             elif msg.get("event") == "result":
-                ev = Evaluation.from_dict(msg["evaluation"])
-                if msg.get("retire"):
-                    # The worker leaves by itself; replace it now so the next one warms up.
-                    w.exit_status(wait_s=5.0)
-                    slot.replace()
-                    forward({"event": "worker", "action": "replaced", "why": msg.get("why", "")})
-                return ev
+                return Evaluation.from_dict(msg["evaluation"])
 
 
 def _slot_label(device: str, index: int, devices: list[str]) -> str:

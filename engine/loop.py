@@ -447,8 +447,15 @@ def cell_of(e) -> dict:
     noise = getattr(e, "noise", None)
     if noise is None and timing is not None:
         noise = timing.noise
+    if timing is not None:
+        flags = list(timing.flags)
+    else:
+        flags = list(((getattr(e, "data", None) or {}).get("timing") or {}).get("flags") or [])
+    reason = getattr(e, "reason", None)
+    if reason is None:
+        reason = (getattr(e, "data", None) or {}).get("reason", "")
     return {"verdict": e.verdict, "speedup": e.speedup, "ms": e.candidate_ms, "baseline_ms": e.baseline_ms,
-            "noise": noise}
+            "noise": noise, "flags": flags, "reason": reason or ""}
 
 
 def _evaluated_text(att, evaluations, task: Task) -> str:

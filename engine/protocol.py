@@ -10,10 +10,14 @@ Requests (client -> engine), one JSON object per line:
     {"cmd": "archive"}
     {"cmd": "generalize", "from": "split-bv64-c16", "shapes": ["b1_t4096_h64", "B=2,T=2048,H=32"]}
     {"cmd": "recheck", "name": "split-bv64-c16"}                 (a member, or "attempt:<id>")
-    {"cmd": "evaluate", "candidate": "/path", "shapes": [...], "checks_only": false}
+    {"cmd": "evaluate", "candidate": "/path", "shapes": [...], "timing": true}
     {"cmd": "snapshot"}                  everything a view needs at once (see below)
     {"cmd": "candidate", "name": "split-bv64-c16"} or {"cmd": "candidate", "attempt": 12}
     {"cmd": "subscribe", "backlog": 500} then stream events
+
+A coding agent's turn gets a second socket, `.frontier/agent.sock`, bound into its sandbox:
+it answers `evaluate` and `status` only (its `kdatui check` / `kdatui bench` reach the run's
+judge there, and nothing else of the engine).
 
 Replies (engine -> client): {"id": 7, "ok": true, "result": {...}} or
 {"id": 7, "ok": false, "error": "one line saying what was wrong"}. The result of an
@@ -59,6 +63,8 @@ from pathlib import Path
 from typing import Iterator
 
 SOCKET_NAME = "control.sock"
+AGENT_SOCKET_NAME = "agent.sock"
+AGENT_COMMANDS = ("evaluate", "status")
 COMMANDS = ("status", "pause", "resume", "stop", "note", "prune", "restore", "archive", "generalize",
             "recheck", "evaluate", "snapshot", "subscribe", "candidate")
 MAX_LINE = 16 << 20
@@ -74,6 +80,10 @@ class EngineError(Exception):
 
 def socket_path(frontier_dir: Path) -> Path:
     return Path(frontier_dir) / SOCKET_NAME
+
+
+def agent_socket_path(frontier_dir: Path) -> Path:
+    return Path(frontier_dir) / AGENT_SOCKET_NAME
 
 
 def encode(obj: dict) -> bytes:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from kdatui.engine import checks
+from kdatui.engine.runner import poisoned_allocations
 from kdatui.engine.candidate import CandidateError, load, static_check
 from kdatui.engine.checks import CheckReport, compare, run_checks
 from kdatui.engine.probes import NO_INITIAL_STATE, ODD_SCALE, Tolerance, probe_names
@@ -22,10 +23,7 @@ CANDIDATES = Path(__file__).resolve().parent / "candidates"
 TORCH_CHUNKED = REPO / "kernels" / "kda" / "torch_chunked.py"
 
 
-def planted(name: str) -> str:
-    path = CANDIDATES / f"{name}.py"
-    assert path.exists(), path
-    return str(path)
+from planting import planted  # noqa: E402  (a planted kernel travels with its torch helper)
 
 
 def check(task, candidate, salt=None, **kw):
@@ -135,19 +133,29 @@ def test_result_cached_from_the_first_call_fails(tiny_task, salt):
     assert res["random"].verdict == "FAIL"  # already the first probe gets the stale answer
 
 
-def test_result_cached_per_input_tensor_is_caught_by_input_dependence(tiny_task, salt):
-    # right on every fresh probe; only changing the inputs in place exposes the cache
+def test_result_cached_per_input_tensor_fails_at_the_second_probe(tiny_task, salt):
+    # The executor hands the candidate the same tensors (the arena's views) for every call,
+    # their contents changed in place: a cache keyed on identity answers the second probe stale.
     report = check(tiny_task, planted("cached_by_input_identity"), salt)
     res = by_probe(report)
-    assert all(r.verdict == "PASS" for r in report.results if r.probe != "input_dependence")
+    assert res["preflight"].verdict == "PASS"
+    assert res["random"].verdict == "FAIL" and "out of tolerance" in res["random"].reason
+    assert report.verdict == "FAIL"
+
+
+def test_a_cache_keyed_on_sampled_input_elements_fails_input_dependence(tiny_task, salt):
+    # right on every probe (each changes every element); one changed element is missed
+    report = check(tiny_task, planted("memo_fingerprint"), salt)
+    res = by_probe(report)
+    assert all(r.verdict == "PASS" for r in report.results if r.probe != "input_dependence"), report.first_problem()
     assert res["input_dependence"].verdict == "FAIL"
-    assert "after the inputs changed in place" in res["input_dependence"].reason
+    assert "one input element changed in place" in res["input_dependence"].reason
     assert report.verdict == "FAIL"
 
 
 def test_input_dependence_can_be_switched_off_in_the_contract(tiny_task, salt):
     task = replace(tiny_task, contract=replace(tiny_task.contract, input_dependence=False))
-    report = check(task, planted("cached_by_input_identity"), salt)
+    report = check(task, planted("memo_fingerprint"), salt)
     assert "input_dependence" not in by_probe(report)
     assert report.verdict == "PASS"
 
@@ -330,8 +338,9 @@ def test_report_is_json_serializable_and_round_trips(tiny_task, salt):
 
 
 def test_poisoned_allocations_fill_fresh_float_tensors_with_nan_and_are_undone():
+    # the executor's runner poisons the candidate's allocations (tested here in-process)
     originals = (torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty)
-    with checks.poisoned_allocations("cpu"):
+    with poisoned_allocations(torch, "cpu"):
         assert torch.isnan(torch.empty(4)).all()
         assert torch.isnan(torch.empty_like(torch.zeros(3, dtype=torch.bfloat16))).all()
         assert torch.isnan(torch.zeros(2).new_empty(5)).all()
@@ -343,7 +352,7 @@ def test_poisoned_allocations_fill_fresh_float_tensors_with_nan_and_are_undone()
 def test_poisoned_allocations_are_undone_when_the_candidate_raises():
     original = torch.empty
     with pytest.raises(RuntimeError):
-        with checks.poisoned_allocations("cpu"):
+        with poisoned_allocations(torch, "cpu"):
             raise RuntimeError("candidate failed")
     assert torch.empty is original
 

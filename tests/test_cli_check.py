@@ -16,7 +16,9 @@ from kdatui.cli import main
 REPO = Path(__file__).resolve().parents[1]
 CPU_TASK = "tasks/kda_fwd_cpu.toml"
 TORCH_CHUNKED = "kernels/kda/torch_chunked.py"
-NAN_ONE = "tests/candidates/nan_one.py"
+from planting import planted  # noqa: E402
+
+NAN_ONE = planted("nan_one")
 SMALL_SHAPE = "b2_t37_h3_k32_v32"
 
 

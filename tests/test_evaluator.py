@@ -37,16 +37,29 @@ def task():
     return load_task(TINY)
 
 
-@pytest.fixture(scope="module")
-def child_pidfile(tmp_path_factory):
-    return tmp_path_factory.mktemp("hang") / "child.pid"
+CHILD_TAG = str(os.getpid())  # the hang candidate's child runs `sleep 600.<tag>`, found by its command line
+
+
+def _children_left() -> list[int]:
+    """Processes the hang candidate spawned that still live (seen from outside any sandbox)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    args = f.read().split(b"\0")
+            except OSError:
+                continue
+            if args[:2] == [b"sleep", f"600.{CHILD_TAG}".encode()] and not _process_gone(int(d)):
+                out.append(int(d))
+    return out
 
 
 @pytest.fixture(scope="module")
-def evaluator(child_pidfile):
+def evaluator():
     # One intra-op thread: the tensors are tiny, and on a busy 2-core machine OpenMP's
     # spin-waits slow a worker down tenfold.
-    env = {**os.environ, "KDATUI_TEST_CHILD_PIDFILE": str(child_pidfile), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "KDATUI_TEST_CHILD_TAG": CHILD_TAG, "OMP_NUM_THREADS": "1"}
     with LocalEvaluator(devices=["cpu"], timeout_s=TIMEOUT_S, memory_limit=MEMORY_LIMIT, env=env) as ev:
         yield ev
 
@@ -114,12 +127,17 @@ def test_the_calling_process_never_imports_the_candidate(evaluator, task, tmp_pa
     cand.mkdir()
     (cand / "kernel.py").write_text(
         GOOD.read_text() + "\n\nimport os as _os\n"
-        "with open(_os.path.join(_os.path.dirname(__file__), 'imported_by'), 'w') as _f:\n"
-        "    _f.write(str(_os.getpid()))\n")
+        "try:\n"
+        "    with open(_os.path.join(_os.path.dirname(__file__), 'imported_by'), 'w') as _f:\n"
+        "        _f.write(str(_os.getpid()))\n"
+        "except OSError:\n"
+        "    pass  # the sandbox shows the candidate its folder read-only\n")
     before = set(sys.modules)
     ev, _ = evaluate_one(evaluator, task, cand)
     assert_passes_with_timing(ev)
-    assert int((cand / "imported_by").read_text()) != os.getpid()
+    # the executor ran it on a copy of its files: nothing it wrote lands in the folder given
+    marker = cand / "imported_by"
+    assert not marker.exists() or int(marker.read_text()) != os.getpid()
     new = set(sys.modules) - before
     assert not [m for m in new if m.startswith("kdatui_candidate_")]
     assert not [m for m, mod in sys.modules.items() if str(getattr(mod, "__file__", "") or "").startswith(str(cand))]
@@ -133,10 +151,10 @@ def test_a_wrong_answer_is_fail_not_error_and_is_not_timed(evaluator, task):
 
 
 def test_the_post_timing_check_catches_a_kernel_that_goes_wrong_when_timed(evaluator, task, tmp_path):
-    # Right for the first 6 calls (what the checks of the tiny task make), zeros after.
+    # Right for the first 7 calls (what the checks of the tiny task make), zeros after.
     src = GOOD.read_text().replace("def kda_forward(", "def _right(")
     src += ("\n\n_calls = [0]\n\n\ndef kda_forward(*args, **kwargs):\n    _calls[0] += 1\n"
-            "    o, final = _right(*args, **kwargs)\n    if _calls[0] > 6:\n        o = o * 0\n"
+            "    o, final = _right(*args, **kwargs)\n    if _calls[0] > 7:\n        o = o * 0\n"
             "    return o, final\n")
     (tmp_path / "kernel.py").write_text(src)
     ev, _ = evaluate_one(evaluator, task, tmp_path)
@@ -146,10 +164,10 @@ def test_the_post_timing_check_catches_a_kernel_that_goes_wrong_when_timed(evalu
     assert ev.reason.startswith("post-timing: o:")
 
 
-def test_the_worker_reference_cache_keeps_one_dict_per_shape_contract_and_salt(task):
+def test_the_judge_reference_cache_keeps_one_dict_per_shape_contract_and_salt(task):
     import torch
 
-    from kdatui.engine.worker import ReferenceCache
+    from kdatui.engine.judge import ReferenceCache
 
     cache = ReferenceCache(limit_bytes=1000)
     a = cache.scope(task, task.primary, None)
@@ -184,8 +202,8 @@ def test_a_candidate_that_changes_its_inputs_cannot_change_the_next_evaluation(e
 
 FAULT_CASES = {
     # candidate: what the reason must say
-    "segfault": r"^worker killed by signal SIGSEGV \(segmentation fault\) during check 2/5 'preflight'",
-    "exit3": r"^worker exited with status 3 during check 2/5 'preflight'",
+    "segfault": r"^executor killed by signal SIGSEGV \(segmentation fault\) during check 2/5 'preflight'",
+    "exit3": r"^executor exited with status 3 during check 2/5 'preflight'",
     "alloc": r"^out of memory: preflight: raised \w*MemoryError at alloc\.py",
     "alloc_torch": r"^out of memory: preflight: raised RuntimeError .*can't allocate memory",
     "raises": r"^preflight: raised ValueError at raises\.py:\d+: planted fault: this kernel always raises",
@@ -205,22 +223,28 @@ def test_a_planted_fault_is_an_error_naming_it_and_the_next_evaluation_passes(ev
     assert_passes_with_timing(good)
 
 
-def test_a_hang_times_out_kills_the_whole_process_group_and_the_next_evaluation_passes(
-        evaluator, task, child_pidfile):
-    child_pidfile.unlink(missing_ok=True)
-    worker_pid = evaluator.slots[0].worker.pid
+def test_a_hang_times_out_kills_the_executor_with_what_it_spawned_and_the_judge_goes_on(evaluator, task):
+    judge_pid = evaluator.slots[0].worker.pid if evaluator.slots[0].worker else None
     ev, seconds = evaluate_one(evaluator, task, FAULTS / "hang.py")
     assert ev.verdict == "ERROR"
     assert ev.reason.startswith(f"timed out after {TIMEOUT_S:g} s during check 2/5 'preflight'"), ev.reason
     assert TIMEOUT_S <= seconds < TIMEOUT_S + SLACK_S
-    child = int(child_pidfile.read_text())
     deadline = time.monotonic() + 5
-    while not (_process_gone(child) and _process_gone(worker_pid)) and time.monotonic() < deadline:
+    while _children_left() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _process_gone(worker_pid), "the hung worker survived its timeout"
-    assert _process_gone(child), "a process the candidate spawned survived the timeout"
+    assert not _children_left(), "a process the candidate spawned survived the timeout"
+    assert judge_pid is None or evaluator.slots[0].worker.pid == judge_pid, "the judge was replaced for a hang"
     good, _ = evaluate_one(evaluator, task, GOOD)
     assert_passes_with_timing(good)
+
+
+def test_a_candidate_that_hangs_on_one_shape_is_not_run_on_the_others(evaluator, task):
+    t0 = time.monotonic()
+    evs = evaluator.evaluate(task, FAULTS / "hang.py")
+    assert [e.shape for e in evs] == list(task.shapes)
+    assert evs[0].reason.startswith("timed out after"), evs[0].reason
+    assert all(e.verdict == "ERROR" and e.reason.startswith("not run: the candidate hung on") for e in evs[1:])
+    assert time.monotonic() - t0 < TIMEOUT_S + SLACK_S  # one time limit, not one per shape
 
 
 def test_a_crash_keeps_the_worker_log_tail_for_diagnosis(evaluator, task):
@@ -268,14 +292,16 @@ def test_several_workers_evaluate_the_shapes_of_one_call_in_parallel(task):
     assert sorted(starts.values()) == ["cpu:0", "cpu:1"]
 
 
-def test_the_holdout_salt_is_read_by_the_evaluator_from_the_user_config(evaluator, tmp_path, monkeypatch):
-    monkeypatch.setenv("KDATUI_CONFIG_DIR", str(tmp_path / "config"))
+def test_the_holdout_salt_is_read_by_the_judge_from_the_user_config(tmp_path):
+    # The salt never travels in a message: the judge reads (or makes) it in its own config dir.
+    env = {**os.environ, "KDATUI_CONFIG_DIR": str(tmp_path / "config"), "OMP_NUM_THREADS": "1"}
     task = load_task(TINY)
     task.contract.holdout = 1
-    ev, _ = evaluate_one(evaluator, task, GOOD)
+    with LocalEvaluator(devices=["cpu"], memory_limit=MEMORY_LIMIT, env=env) as evaluator:
+        ev, _ = evaluate_one(evaluator, task, GOOD)
     assert_passes_with_timing(ev)
     assert ev.checks.results[-2].probe == "holdout_0" and ev.checks.results[-2].passed
-    assert (tmp_path / "config" / "holdout_salt").exists()
+    assert (tmp_path / "config" / "holdout_salt").exists()  # the judge read (made) it there
 
 
 def test_a_project_kernel_baseline_path_is_resolved_for_the_worker(evaluator, tmp_path):
@@ -326,4 +352,4 @@ def test_an_illegal_address_on_the_gpu_is_an_error_and_the_next_evaluation_passe
         assert re.search(r"illegal memory access|CUDA error|worker killed", bad.reason), bad.reason
         [good] = ev.evaluate(task, ROOT / "kernels" / "kda" / "split.py", [task.primary_shape])
         assert good.verdict == "PASS", good.reason
-        assert good.timing.timer == "cuda_event"
+        assert good.timing.timer == "cuda_event_batch"

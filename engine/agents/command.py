@@ -8,6 +8,9 @@ repo's file wins for a name both define)::
     [agents.claude]
     command = "claude -p 'Read PROMPT.md and do what it says.' --output-format stream-json --verbose"
     timeout_s = 1800          # optional; the run's turn limit otherwise
+    network = true            # optional; false: no network in the turn (a CLI needs its API)
+    sandbox = true            # optional; the turn in bubblewrap (worktree writable, store,
+                              # salt, other worktrees hidden, no frontier ref can move)
     env = { MAX_THINKING_TOKENS = "8000" }   # optional, added to the environment
 
     [agents.codex]
@@ -21,7 +24,8 @@ filled in each argument: {prompt_file} (PROMPT.md's path), {prompt} (its text),
 left alone; an unknown `{field}` is a configuration error.
 
 A turn: render PROMPT.md, run the command (cwd = the worktree, its own process group,
-KDATUI_ENGINE_SOCKET set so `kdatui check/bench` inside go through the run's queue),
+in the sandbox of engine/sandbox.py where bubblewrap works, KDATUI_ENGINE_SOCKET set to the
+engine's agent socket so `kdatui check/bench` inside reach the run's judge and nothing else),
 stream its output into the event log line by line (stream-json parsed into readable
 lines), kill the whole group at the turn's timeout. The turn fails on a non-zero exit, a
 timeout, or no new kernel.py; otherwise IDEA.md gives the family, a name and the idea.
@@ -50,7 +54,7 @@ from .base import Agent, AgentContext, MemberView, Plan, TurnResult
 from .prompt import render_prompt
 
 PLACEHOLDERS = ("prompt_file", "prompt", "worktree", "candidate_dir", "task", "task_file")
-KEYS = ("command", "timeout_s", "env")
+KEYS = ("command", "timeout_s", "env", "network", "sandbox")
 PROMPT_FILE = "PROMPT.md"
 TASK_FILE = "TASK.toml"  # written into the worktree only when the task has no file of its own
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -68,6 +72,8 @@ class AgentConfig:
     timeout_s: float | None = None
     env: dict[str, str] = field(default_factory=dict)
     source: str = ""  # the file (or "<caller>") it came from
+    network: bool = True  # a coding CLI needs its API; false: the turn has no network at all
+    sandbox: bool = True  # the turn runs in the sandbox (engine/sandbox.py agent_launch) where one works
 
     def argv(self, values: Mapping[str, str]) -> list[str]:
         """The command line with the fields filled in, one argument per shlex token."""
@@ -141,8 +147,13 @@ def parse_agents(data: Mapping, where: str) -> dict[str, AgentConfig]:
             if isinstance(v, bool) or not isinstance(v, (str, int, float)):
                 raise _fail(where, f"{prefix}.env.{k}", v, "a string (or a number)")
             clean[str(k)] = str(v)
+        flags = {}
+        for key in ("network", "sandbox"):
+            if key in table and not isinstance(table[key], bool):
+                raise _fail(where, f"{prefix}.{key}", table[key], "true or false")
+            flags[key] = table.get(key, True)
         out[name] = AgentConfig(name=name, command=command, timeout_s=float(timeout) if timeout else None,
-                                env=clean, source=where)
+                                env=clean, source=where, **flags)
     return out
 
 
@@ -482,6 +493,14 @@ class CommandAgent(Agent):
 
         shown = " ".join(shlex.quote(a) if a != text else "{prompt}" for a in argv)
         ctx.log(f"{cfg.name}: $ {_clip(shown, 300)}")
+        if cfg.sandbox:
+            from .. import sandbox
+
+            sock = [str(ctx.engine_socket)] if ctx.engine_socket is not None and Path(ctx.engine_socket).exists() else []
+            launch = sandbox.agent_launch(argv, worktree=worktree, env=env, network=cfg.network, extra_binds=sock)
+            if not launch.info.kind == "bwrap":
+                ctx.log(f"{cfg.name}: warning: the turn is not sandboxed ({launch.info.reason or launch.info.kind})")
+            argv, env = launch.argv, launch.env
         status, detail = self._run(cfg, argv, worktree, env, timeout, ctx.log)
         if status != "ok":
             return TurnResult(ok=False, reason=detail)

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import torch
 
-# Candidates may not import kdatui: load the plain-torch candidate by its file path.
+# Candidates may not import kdatui: the plain-torch candidate travels beside this file
+# (tests/planting.py plants each of these as a folder with kernel.py and torch_chunked.py).
 _spec = importlib.util.spec_from_file_location(
-    "planted_torch_chunked", Path(__file__).resolve().parents[2] / "kernels" / "kda" / "torch_chunked.py")
+    "planted_torch_chunked", Path(__file__).resolve().parent / "torch_chunked.py")
 _good = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_good)
 

@@ -47,6 +47,9 @@ def header_lines(status: dict | None, *, since_fetch: float = 0.0, lost: str | N
         badge = [(label, style)]
         if st.get("why"):
             badge.append((f" ({st['why']})", style.replace("bold ", "")))
+    warning = (st.get("sandbox") or {}).get("warning")
+    if warning:  # stays in sight for as long as it holds: first, after the state
+        badge += [sep, (f"⚠ {warning}", "bold red")]
     line1 = _line(*badge, sep, ("run ", "dim"), str(st.get("run") or "-"), sep, ("task ", "dim"),
                   (str(st.get("task") or "-"), "bold"), sep, str(st.get("phase") or "-"),
                   sep, ("agent ", "dim"), str(st.get("agent") or "-"))

@@ -10,7 +10,7 @@ from kdatui.engine.timing import noise_of
 
 from ... import format as fmt
 
-VERDICT_STYLE = {"PASS": "green", "FAIL": "bold red", "FLAKY": "bold yellow", "ERROR": "bold magenta"}
+VERDICT_STYLE = {"PASS": "green", "FAIL": "bold red", "FLAKY": "bold yellow", "SUSPECT": "bold magenta", "ERROR": "bold magenta"}
 
 
 def verdict_text(v: str | None) -> Text:
@@ -54,6 +54,8 @@ def trial_rows(timings: dict[str, dict]) -> list[tuple]:
         for side in ("candidate", "baseline"):
             s = t.get(side) or {}
             trials = " ".join(fmt.ms(x) for x in s.get("trial_ms") or [])
+            if s.get("host_ms") is not None:
+                trials += f"  (host {fmt.ms(s['host_ms'])} a call)"
             rows.append((shape, side, fmt.ms(s.get("median_ms")), f"{(s.get('spread') or 0) * 100:.1f}%", trials))
         sp = t.get("speedup")
         noise = noise_of(t) or 0.0
@@ -62,6 +64,10 @@ def trial_rows(timings: dict[str, dict]) -> list[tuple]:
                      f"±{noise * 100:.1f}%",
                      f"{t.get('trials', '?')} trials x {t.get('repeats', '?')} calls, {t.get('timer', '?')}"
                      + (", L2 flushed" if t.get("flush_l2") else "")))
+        if t.get("suspect"):
+            rows.append((shape, "SUSPECT", Text("✗", style="bold magenta"), "", t["suspect"]))
+        for flag in t.get("flags") or []:
+            rows.append((shape, "flag", Text("!", style="bold yellow"), "", flag))
     return rows
 
 

@@ -71,7 +71,8 @@ def _clip(s: str, width: int = LABEL_WIDTH) -> str:
 
 def cell_text(cell: dict | None, status: str = "") -> Text:
     """`▲1.34x 2.45ms` better than the baseline, `▼0.81x 4.02ms` worse, `≈1.01x` within
-    the timing's noise; `✗ FAIL` / `✗ ERROR` / `✗ FLAKY` for a failed shape; `…` while
+    the timing's noise, `!` after it when the judge flagged the timing; `✗ FAIL` / `✗ ERROR` /
+    `✗ FLAKY` / `✗ SUSPECT` for a failed shape; `…` while
     the shape is being evaluated, `·` when it has not been."""
     if not cell or (cell.get("verdict") in (None, "") and cell.get("speedup") is None):
         if status in ("evaluating", "proposed"):
@@ -79,13 +80,16 @@ def cell_text(cell: dict | None, status: str = "") -> Text:
         return Text("·", style=fmt.STYLE["pending"])
     verdict = (cell.get("verdict") or "").upper()
     if verdict and verdict != "PASS":
-        style = {"ERROR": fmt.STYLE["error"], "FLAKY": fmt.STYLE["flaky"]}.get(verdict, fmt.STYLE["failed"])
+        style = {"ERROR": fmt.STYLE["error"], "SUSPECT": fmt.STYLE["error"], "FLAKY": fmt.STYLE["flaky"]}.get(verdict, fmt.STYLE["failed"])
         return Text(f"{fmt.FAILED} {verdict}", style=style)
     sp = cell.get("speedup")
     if sp is None:
         return Text("✓ pass", style="green")
     t = fmt.trend(sp, cell.get("noise"))
-    return Text.assemble((f"{fmt.GLYPH[t]}{sp:.2f}x", fmt.STYLE[t]), " ", (fmt.ms(cell.get("ms")), "dim"))
+    text = Text.assemble((f"{fmt.GLYPH[t]}{sp:.2f}x", fmt.STYLE[t]), " ", (fmt.ms(cell.get("ms")), "dim"))
+    if cell.get("flags"):
+        text.append("!", style=fmt.STYLE["flaky"])  # the judge flagged its timing (the candidate screen says why)
+    return text
 
 
 def baseline_text(cell: dict | None) -> Text:

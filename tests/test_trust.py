@@ -1,0 +1,304 @@
+"""The judge out of the candidate's reach (issue 12) and a timer it cannot bend (issue 13), on
+the CPU: candidates written to attack the harness (tests/attack_candidates/) get no PASS they
+do not deserve and no speedup above their honest version's; what they try to read, write or
+reach is out of their sandbox. Run through the evaluator, `kdatui check`, `kdatui bench` and a
+`kdatui run`.
+
+The sandbox tests need bubblewrap (or root, for the uid fallback): they skip with the reason
+where this machine has neither; the process-boundary tests hold everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kdatui.engine import sandbox
+from kdatui.engine.evaluator import LocalEvaluator
+from kdatui.engine.task import load_task
+from planting import ATTACKS, attack
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tests" / "tasks" / "tiny.toml"
+HONEST = ROOT / "kernels" / "kda" / "torch_chunked.py"
+MEMORY_LIMIT = 2 << 30
+
+pytestmark = pytest.mark.timeout(300)
+SANDBOX = sandbox.detect()
+needs_sandbox = pytest.mark.skipif(not SANDBOX.sandboxed, reason=f"no sandbox on this machine: {SANDBOX.reason}")
+
+
+@pytest.fixture(scope="module")
+def config_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("trust-config")
+    (d / "holdout_salt").write_text("5a17" * 16)
+    os.chmod(d / "holdout_salt", 0o600)
+    return d
+
+
+@pytest.fixture(scope="module")
+def task():
+    t = load_task(TINY)
+    t.contract.holdout = 1  # the salt is used: the leak tests look for it
+    t.bench.trials, t.bench.repeats = 3, 3
+    return t
+
+
+@pytest.fixture(scope="module")
+def evaluator(config_dir):
+    env = {**os.environ, "KDATUI_CONFIG_DIR": str(config_dir), "OMP_NUM_THREADS": "1"}
+    with LocalEvaluator(devices=["cpu"], timeout_s=120, memory_limit=MEMORY_LIMIT, env=env) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="module")
+def honest(evaluator, task):
+    [ev] = evaluator.evaluate(task, str(HONEST), [task.primary_shape])
+    assert ev.verdict == "PASS", ev.reason
+    return ev
+
+
+def one(evaluator, task, candidate):
+    [ev] = evaluator.evaluate(task, candidate, [task.primary_shape])
+    return ev
+
+
+def no_better_than(ev, honest) -> None:
+    """No speedup above the honest version's beyond the noise of either (generous on the CPU,
+    where the interpreter's timings are noisy: the attacks these catch gain 5-22x)."""
+    if ev.timing is not None:
+        limit = honest.speedup * (1 + max(honest.timing.noise, ev.timing.noise, 0.5))
+        assert ev.speedup <= limit, (ev.speedup, limit, ev.reason)
+
+
+# --------------------------------------------------------------------------- the process boundary
+
+@pytest.mark.parametrize("name", ["patch_checks_sys_modules", "patch_checks_gc"])
+def test_patching_the_checks_in_its_own_process_wins_nothing(evaluator, task, name):
+    ev = one(evaluator, task, attack(name))
+    assert ev.verdict in ("FAIL", "ERROR"), ev.reason
+    assert ev.timing is None  # never timed, so no speedup at all
+    assert ev.checks is not None and ev.checks.results[0].verdict == "PASS"  # past the static check
+
+
+def test_the_judge_process_never_imports_a_candidate(evaluator, task):
+    # the evaluator's process and the judge's: only an executor may hold the candidate
+    ev = one(evaluator, task, attack("patch_checks_sys_modules"))
+    assert ev.verdict != "PASS"
+    assert not [m for m in sys.modules if m.startswith("kdatui_candidate")]
+    judge = evaluator.slots[0].worker
+    maps = Path(f"/proc/{judge.pid}/maps").read_text()
+    assert "patch_checks_sys_modules" not in maps
+
+
+# --------------------------------------------------------------------------- the sandbox
+
+def _leak_source(reads: list[str], globs: list[str], writes: list[str], port: int) -> str:
+    src = (ATTACKS / "leak.py").read_text()
+    src = src.replace("PATHS_TO_READ = []  # substituted", f"PATHS_TO_READ = {reads!r}")
+    src = src.replace("GLOBS = []  # substituted", f"GLOBS = {globs!r}")
+    src = src.replace("PATHS_TO_WRITE = []  # substituted", f"PATHS_TO_WRITE = {writes!r}")
+    return src.replace("PORT = 0  # substituted", f"PORT = {port}")
+
+
+@pytest.fixture
+def listener():
+    """A local server the candidate tries to reach; records every connection."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(5)
+    srv.settimeout(0.2)
+    got: list = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+                got.append(c.recv(100))
+                c.close()
+            except OSError:
+                pass
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield srv.getsockname()[1], got
+    stop.set()
+    t.join(2)
+    srv.close()
+
+
+@needs_sandbox
+def test_a_candidate_reads_no_secret_or_state_writes_nothing_outside_and_reaches_no_network(
+        evaluator, task, config_dir, tmp_path, listener):
+    port, connections = listener
+    # a repo as a run leaves it: the store, another attempt's worktree, and this attempt's folder
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".frontier" / "worktrees" / "7" / "candidates").mkdir(parents=True)
+    (repo / ".frontier" / "kdatui.db").write_text("STORE-SECRET")
+    other = repo / ".frontier" / "worktrees" / "3" / "candidates" / "kernel.py"
+    other.parent.mkdir(parents=True)
+    other.write_text("OTHER-WORKTREE")
+    home_secret = Path.home() / ".kdatui-test-secret"
+    home_secret.write_text("HOME-SECRET")
+    try:
+        reads = [str(config_dir / "holdout_salt"), str(repo / ".frontier" / "kdatui.db"), str(other),
+                 str(home_secret)]
+        globs = [str(config_dir) + "/**/*salt*", "~/.config/**/*salt*", str(repo / ".frontier") + "/**/*"]
+        outside = [repo / "planted.txt", config_dir / "planted.txt", Path.home() / "planted-by-leak.txt",
+                   repo / ".frontier" / "worktrees" / "3" / "planted.txt"]
+        src = _leak_source(reads, globs, [str(p) for p in outside], port)
+        cand = repo / ".frontier" / "worktrees" / "7" / "candidates" / "leak"
+        cand.mkdir()
+        (cand / "kernel.py").write_text(src)
+        ev = one(evaluator, task, str(cand))
+    finally:
+        home_secret.unlink()
+    assert ev.verdict == "ERROR"
+    m = re.search(r"LEAK (.*)", ev.reason)
+    assert m, ev.reason
+    codes = dict(part.split("=") for part in m.group(1).split())
+    assert all(codes[f"R{i}"] == "no" for i in range(len(reads))), codes  # not one secret read
+    assert all(codes[f"G{i}"] == "0" for i in range(len(globs))), codes  # nothing found by globbing
+    # a write under /tmp lands in the sandbox's private /tmp, gone with it; anywhere else it is refused
+    assert all(codes[f"W{i}"] == "no" for i, p in enumerate(outside) if not str(p).startswith("/tmp/")), codes
+    assert codes["N"] == "no" and not connections
+    for p in outside:
+        assert not p.exists(), p
+    assert "5a17" * 16 not in json.dumps(ev.to_dict())
+    assert (config_dir / "holdout_salt").read_text() == "5a17" * 16  # untouched
+
+
+@needs_sandbox
+def test_the_executor_runs_in_the_sandbox_the_doctor_names(evaluator):
+    info = evaluator.slots[0].sandbox or sandbox.detect()
+    assert info.kind == SANDBOX.kind and info.sandboxed
+
+
+# --------------------------------------------------------------------------- the timer
+
+def test_a_candidate_that_stops_the_host_clock_is_suspect_and_not_faster(evaluator, task, honest):
+    ev = one(evaluator, task, attack("stop_the_clock"))
+    assert ev.checks.passed
+    assert ev.verdict == "SUSPECT", ev.reason
+    assert "time.perf_counter was replaced" in ev.reason
+    no_better_than(ev, honest)
+
+
+def test_a_candidate_that_bends_the_runners_own_clock_is_credited_the_judges_wall_time(evaluator, task, honest):
+    ev = one(evaluator, task, attack("stop_the_runners_clock"))
+    assert ev.checks.passed
+    assert ev.timing is not None
+    assert ev.timing.flags and all("wall-bound" in f for f in ev.timing.flags), ev.timing.flags
+    no_better_than(ev, honest)
+
+
+def test_work_deferred_past_the_timer_fails_the_audit_or_is_credited_its_time(evaluator, task, honest):
+    ev = one(evaluator, task, attack("defer_work"))
+    assert ev.checks.passed, ev.reason
+    assert ev.verdict != "PASS" or ev.timing.flags, (ev.verdict, ev.reason)
+    if ev.verdict == "FAIL":
+        assert ev.reason.startswith("post-timing:")
+    no_better_than(ev, honest)
+
+
+def test_a_cache_on_sampled_inputs_gains_nothing_on_fresh_timed_inputs(evaluator, task, honest):
+    # with the sparse input-dependence check off, it passes, and is timed: every timed call
+    # has inputs it never saw, so its memory never answers
+    t = replace(task, contract=replace(task.contract, input_dependence=False))
+    from planting import planted
+
+    ev = one(evaluator, t, planted("memo_fingerprint"))
+    assert ev.verdict == "PASS", ev.reason
+    no_better_than(ev, honest)
+    # and with the contract whole, it fails a check that says why
+    ev = one(evaluator, task, planted("memo_fingerprint"))
+    assert ev.verdict == "FAIL" and "one input element changed in place" in ev.reason
+
+
+def test_timing_records_fresh_inputs_the_audit_and_the_host_cost(honest, task):
+    t = honest.timing
+    assert t.sets_per_batch == task.bench.repeats  # a fresh input set for every timed call
+    assert t.audited >= 2 and honest.post_timing == "PASS"
+    assert t.baseline.host_ms is not None and t.candidate.host_ms is not None
+    assert t.flags == [] and t.suspect == ""
+
+
+# --------------------------------------------------------------------------- through the CLI and a run
+
+def _cli(*args, env=None, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "kdatui", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=280, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def test_kdatui_check_gives_a_harness_patch_no_pass():
+    p = _cli("check", "--task", str(TINY), "--candidate", attack("patch_checks_sys_modules"),
+             "--shape", "b1_t20_h2_k16_v16", "--json")
+    assert p.returncode == 1, p.stderr
+    (report,) = json.loads(p.stdout)
+    assert report["verdict"] == "FAIL"
+
+
+def test_kdatui_bench_gives_a_bent_clock_no_speedup_and_says_why():
+    p = _cli("bench", "--task", str(TINY), "--candidate", attack("stop_the_clock"), "--shapes",
+             "b1_t20_h2_k16_v16", "--json")
+    assert p.returncode == 1, p.stderr
+    (ev,) = json.loads(p.stdout)
+    assert ev["verdict"] == "SUSPECT" and "perf_counter" in ev["reason"]
+
+
+def test_without_a_sandbox_the_cli_says_so_and_everything_still_works(tmp_path):
+    # bwrap hidden from PATH (and root's uid fallback switched off, as for an ordinary user)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    path = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
+                           if not (Path(d) / "bwrap").exists())
+    env = {"PATH": f"{bin_dir}{os.pathsep}{path}", "KDATUI_SANDBOX": "none" if os.geteuid() == 0 else ""}
+    p = _cli("bench", "--task", str(TINY), "--candidate", str(HONEST), "--shapes", "b1_t20_h2_k16_v16", env=env)
+    assert p.returncode == 0, p.stderr
+    assert "candidates not sandboxed" in p.stderr
+    env.pop("KDATUI_SANDBOX")
+    p = _cli("doctor", "--json", env=env)
+    doc = json.loads(p.stdout)
+    sb = next(c for c in doc["checks"] if c["name"] == "sandbox")
+    assert sb["ok"] is False or os.geteuid() == 0  # root keeps the uid fallback
+    assert "bubblewrap" in sb["detail"] or "uid" in sb["detail"]
+
+
+def test_a_run_keeps_every_attack_off_the_frontier(tmp_path, config_dir):
+    from frontier_support import make_repo
+
+    repo = make_repo(tmp_path / "repo", {"tiny.toml": TINY.read_text()})
+    agent = f"python:{ROOT / 'tests' / 'agents_py' / 'torch_agent.py'}:AttackAgent"
+    env = {"KDATUI_CONFIG_DIR": str(config_dir), "KDATUI_TEST_ATTACKS": "patch_checks_sys_modules,stop_the_clock"}
+    try:
+        p = _cli("run", "tiny.toml", "--agent", agent, "--budget", "2attempts", "--detach", cwd=repo, env=env)
+        assert p.returncode == 0, p.stderr
+        deadline = time.time() + 240
+        st = {}
+        while time.time() < deadline:
+            q = _cli("status", "--json", cwd=repo, env=env)
+            if q.returncode == 0:
+                st = json.loads(q.stdout)
+                if st.get("state") in ("finished", "stopped") and st.get("attempts", {}).get("evaluated", 0) >= 2:
+                    break
+            time.sleep(0.5)
+        assert st.get("attempts", {}).get("evaluated", 0) >= 2, st
+        fl = _cli("frontier", "list", cwd=repo, env=env)
+        assert "patch-checks" not in fl.stdout and "stop-the-clock" not in fl.stdout, fl.stdout
+        events = (repo / ".frontier" / "runs").rglob("events.jsonl")
+        text = "".join(e.read_text() for e in events)
+        assert "SUSPECT" in text and "5a17" * 16 not in text
+    finally:
+        _cli("stop", cwd=repo, env=env)
