@@ -8,7 +8,7 @@ import importlib
 from pathlib import Path
 
 HERE = Path(__file__).parent
-FAMILIES = {"fused": HERE / "fused.py", "split": HERE / "split.py"}
+FAMILIES = {"fused": HERE / "fused.py", "split": HERE / "split.py", "wide": HERE / "wide.py"}
 
 
 def source(family: str) -> str:
