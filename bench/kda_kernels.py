@@ -1,7 +1,7 @@
-"""Time the fused and split KDA kernel families against fla-core's chunk_kda, paired in one
+"""Time the fused, split and wide KDA kernel families against fla-core's chunk_kda, paired in one
 process, on every shape of a task (default: tasks/kda_fwd_general.toml).
 
-    python bench/kda_kernels.py                         # defaults of both families, every shape
+    python bench/kda_kernels.py                         # every family's defaults, every shape
     python bench/kda_kernels.py --sweep --shapes b1_t8192_h96   # a sweep of configs, one shape
     python bench/kda_kernels.py --configs '{"split": [{"CHUNK": 32}]}'
     python bench/kda_kernels.py --check                 # also check random/saturated/correlated
@@ -31,7 +31,8 @@ from kdatui.engine.probes import make_probe
 from kdatui.engine.task import Shape, load_task
 from kdatui.engine.timing import paired_timing
 
-FAMILIES = {"fused": "kdatui.kernels.kda.fused", "split": "kdatui.kernels.kda.split"}
+FAMILIES = {"fused": "kdatui.kernels.kda.fused", "split": "kdatui.kernels.kda.split",
+            "wide": "kdatui.kernels.kda.wide"}
 
 # Configs tried by --sweep (each merged over the family's CONFIG).
 SWEEP = {
@@ -46,6 +47,10 @@ SWEEP = {
         {"CHUNK": 32, "BV": 32, "prep_warps": 8}, {"CHUNK": 32, "BV": 64, "prep_warps": 8},
         {"CHUNK": 32, "BV": 16, "prep_warps": 8}, {"CHUNK": 16, "BV": 32}, {"CHUNK": 16, "BV": 64},
         {"CHUNK": 64, "BV": 16, "num_stages": 3}, {"CHUNK": 32, "BV": 32, "prep_warps": 8, "num_stages": 3},
+    ],
+    "wide": [  # the H200 figures of these: bench/RESULTS.md, the wide family's section
+        {"CHUNK": 32, "BV": 64}, {"CHUNK": 32}, {"CHUNK": 32, "BV": 32}, {"CHUNK": 64}, {"CHUNK": 64, "BV": 64},
+        {"CHUNK": 32, "prep_warps": 8}, {"CHUNK": 32, "prep_warps": 2}, {"CHUNK": 64, "num_stages": 3},
     ],
 }
 
@@ -117,7 +122,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--task", default=os.path.join(os.path.dirname(__file__), "..", "tasks", "kda_fwd_general.toml"))
     ap.add_argument("--shapes", help="comma-separated shape names (default: all of the task)")
-    ap.add_argument("--families", default="fused,split")
+    ap.add_argument("--families", default="fused,split,wide")
     ap.add_argument("--sweep", action="store_true", help="try the sweep configs of each family")
     ap.add_argument("--configs", help='JSON {"family": [config, ...]} (or a file holding it) instead of the defaults')
     ap.add_argument("--trials", type=int, default=5)

@@ -120,9 +120,33 @@ def _shrink(a, b) -> str:
     return {2: "halve", 4: "quarter", 8: "divide by 8"}.get(r, f"divide by {r:g}")
 
 
+# What a family's tunable does where its structure gives it another meaning, and where it
+# does nothing (wide: kernels/kda/wide.py, figures in bench/RESULTS.md); added to a change's reason.
+FAMILY_NOTES = {
+    ("wide", "CHUNK"): "(wide: 64 halves the state steps, but its parallel stage was 30% slower on the H200)",
+    ("wide", "BV"): "(wide: the sequential stage only; 'auto' picks 64/32/16 per shape)",
+    ("wide", "num_warps"): "(wide: the sequential stage only; 8 suits BV 128; inert in the interpreter)",
+    ("wide", "num_stages"): "(wide: the sequential stage's loads; inert in the interpreter)",
+    ("wide", "prep_warps"): "(wide: the parallel stage, the family's bound; inert in the interpreter)",
+    ("wide", "INV_DOT"): "(wide: tf32x3 was 2.2x slower on the H200; the interpreter runs both in fp32)",
+    ("wide", "SOLVE_DOT"): "(wide: bf16 passes every probe; the interpreter runs tf32 as plain fp32)",
+    ("wide", "STATE_DOT"): "(wide: the interpreter runs tf32 as plain fp32)",
+}
+
+
 def _why(family: str, key: str, old, new) -> str:
     """Why changing one tunable could help, in the words of the kernel's design."""
-    up = isinstance(new, (int, float)) and isinstance(old, (int, float)) and new > old
+    why = _why_change(family, key, old, new)
+    note = FAMILY_NOTES.get((family, key))
+    return f"{why} {note}" if note else why
+
+
+def _why_change(family: str, key: str, old, new) -> str:
+    numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (old, new))
+    if key == "BV" and not numeric:  # 'auto' (wide): chosen per call from the shape
+        return ("for a V-block chosen per shape from the head count and the SM count" if new == "auto"
+                else f"for a fixed V-block of {new} columns at every shape")
+    up = numeric and new > old
     if key == "CHUNK":
         return ("to " + _shrink(old, new) + " the sequential chunk steps of the recurrence, with more chunk-local "
                 "work per step") if up else ("for cheaper chunk-local work (a smaller A, M and inverse) at the price "
@@ -164,6 +188,7 @@ def _why(family: str, key: str, old, new) -> str:
         ("STATE_DOT", "bf16"): "for bf16 operands in the state products: twice the tensor-core rate of tf32",
         ("STATE_DOT", "tf32"): "for tf32 operands in the state products: more precision where bf16 state drifts",
         ("SOLVE_DOT", "tf32"): "for tf32 A/M and inverse products: the fastest fp32-input products",
+        ("SOLVE_DOT", "bf16"): "for bf16 A/M, inverse, W and U products: twice the tensor-core rate of tf32",
         ("SOLVE_DOT", "tf32x3"): "for tf32x3 A/M products: near-fp32 accuracy at about three times the tf32 cost",
         ("SOLVE_DOT", "ieee"): "for ieee fp32 A/M products: the most accurate, the slowest",
         ("WORKSPACE", "bf16"): "for a bf16 workspace between the stages: half the bytes of the intermediates",
