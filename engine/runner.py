@@ -19,7 +19,7 @@ descriptors of CPU arenas arrive with SCM_RIGHTS on the same socket.
   {"op": "call", "set", "init", "scale",            {"event": "done", "final": bool} | fault
    "lower_bound", "ofs", "poison"}
   {"op": "warmup", "set", "n", ...}                 {"event": "warm"}
-  {"op": "batch", "sets", "init", "scale",          {"event": "timed", "ms": [...], "wall_ms",
+  {"op": "batch", "sets", "lead", "init", "scale",  {"event": "timed", "ms": [...], "wall_ms",
    "lower_bound", "flush"}                            "tamper": [...]} | fault
   {"op": "host_cost", "set", "n", ...}              {"event": "host", "ms": [...]}
   {"op": "exit"}
@@ -299,39 +299,51 @@ class Runner:
     def batch(self, msg: dict) -> dict:
         """Calls back to back, each on its own input set, with the L2 flushed before each and
         events around each (one synchronization for the whole batch), as do_bench times;
-        on the CPU the host clock around each call."""
+        on the CPU the host clock around each call.
+
+        Each call's outputs are copied into the arena as soon as its end event is recorded
+        (enqueued on the same stream, so outside the events) and dropped: no call keeps the
+        previous calls' outputs alive, so the caching allocator serves every call from the
+        blocks the last one freed, as in a loop that uses each result and moves on. (Holding
+        all of a batch's outputs made every call of a kernel with a large workspace allocate
+        fresh device memory.) Work not on the caller's stream when the call returns is missed
+        by the copy, and the judge's audit sees it."""
         sets = [int(s) for s in msg["sets"]]
         calls = [self._args(msg, s) for s in sets]
         tamper = self.tampered()
-        outs = []
+        ms = []
         if self.device == "cuda":
             starts = [self._Event(enable_timing=True) for _ in sets]
             ends = [self._Event(enable_timing=True) for _ in sets]
             flush = self._flush if msg.get("flush", True) else None
+            lead = self._args(msg, int(msg["lead"])) if msg.get("lead") is not None else None
             self._sync()
             t0 = _perf()
-            for j, (args, kw) in enumerate(calls):
+            if lead is not None:  # untimed: the GPU has work queued when the first timed call is enqueued
+                self._invoke(*lead)
+            for j, (s, (args, kw)) in enumerate(zip(sets, calls)):
                 if flush is not None:
                     self._zero(flush)
                 self._record(starts[j])
-                outs.append(self._invoke(args, kw))
+                out = self._invoke(args, kw)
                 self._record(ends[j])
+                o, final = self._structure(out, s, kw["output_final_state"])
+                self._copy_out(o, final, s)
+                del out, o, final
             self._sync()
             wall = (_perf() - t0) * 1e3
             ms = [self._elapsed(a, b) for a, b in zip(starts, ends)]
         else:
-            ms = []
             t0 = _perf()
-            for args, kw in calls:
+            for s, (args, kw) in zip(sets, calls):
                 ta = _perf()
-                outs.append(self._invoke(args, kw))
+                out = self._invoke(args, kw)
                 ms.append((_perf() - ta) * 1e3)
+                o, final = self._structure(out, s, kw["output_final_state"])
+                self._copy_out(o, final, s)
+                del out, o, final
             wall = (_perf() - t0) * 1e3
         tamper += [t for t in self.tampered() if t not in tamper]
-        for s, out, (args, kw) in zip(sets, outs, calls):
-            o, final = self._structure(out, s, kw["output_final_state"])
-            self._copy_out(o, final, s)
-        self._sync()
         return {"event": "timed", "ms": ms, "wall_ms": wall, "tamper": tamper}
 
     def host_cost(self, msg: dict) -> dict:
