@@ -21,7 +21,6 @@ live.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import tomllib
 from functools import partial
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Callable
 
 from textual.app import App
+
+from kdatui.engine.paths import config_dir
 from textual.screen import Screen
 
 from .client import EngineClient, EngineError, EngineUnavailable, check_socket
@@ -46,14 +47,6 @@ DETACHED, STOPPED, LOST = "detached", "stopped", "lost"
 # shapes when it loads, else these.
 FALLBACK_COMMON = ["b1_t2048_h96", "b1_t4096_h96", "b1_t8192_h96", "b1_t16384_h96", "b1_t8192_h32",
                    "b1_t8192_h64", "b2_t4096_h96", "b2_t8192_h64"]
-
-
-def config_dir() -> Path:
-    # the same place as engine/probes.config_dir, without importing torch for it
-    env = os.environ.get("KDATUI_CONFIG_DIR")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "kdatui"
 
 
 def load_keymap(path: Path | None = None) -> tuple[dict[str, str], str | None]:
