@@ -37,7 +37,8 @@ def _request(cmd: str, **args) -> dict:
 
 # --------------------------------------------------------------------------- run
 
-def start_engine(task_ref: str, agent: str, budget: str | None, *, resume: str | None = None) -> dict:
+def start_engine(task_ref: str, agent: str, budget: str | None, *, resume: str | None = None,
+                 idle_stop: str | None = None) -> dict:
     """Start the engine in its own session (it outlives this terminal) and wait until it
     answers on its socket. Returns its status."""
     from kdatui.engine.daemon import read_lock
@@ -59,6 +60,8 @@ def start_engine(task_ref: str, agent: str, budget: str | None, *, resume: str |
         cmd += ["--budget", budget]
     if resume:
         cmd += ["--resume", resume]
+    if idle_stop:
+        cmd += ["--idle-stop", idle_stop]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True, cwd=fdir.parent)
     log.close()
@@ -88,16 +91,23 @@ def default_task() -> str:
 
 def cmd_run(args) -> int:
     args.task = args.task or default_task()
-    if args.budget:
-        from kdatui.engine.loop import Budget
+    from kdatui.engine.daemon import parse_idle_stop
+    from kdatui.engine.loop import Budget
 
-        try:
+    try:
+        if args.budget:
             Budget.parse(args.budget)
-        except ValueError as e:
-            raise UserError(str(e)) from None
-    st = start_engine(args.task, args.agent, args.budget, resume=args.resume)
-    print(f"run {st['run']} started on {st['task']} (engine pid {st['pid']}, agent {st['agent']}, "
+        parse_idle_stop(args.idle_stop)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    st = start_engine(args.task, args.agent, args.budget, resume=args.resume, idle_stop=args.idle_stop)
+    how = "resumed" if st.get("resumed") else "started"
+    print(f"run {st['run']} {how} on {st['task']} (engine pid {st['pid']}, agent {st['agent']}, "
           f"device {st['device']})")
+    if st.get("resumed"):
+        b = st.get("budget") or {}
+        print(f"it keeps its budget ({_budget_text(b)}): {st['attempts']['total']} attempts made and "
+              f"{st['elapsed_s'] / 60:.1f} min spent before count against it; `kdatui budget +2h` gives it more")
     if args.detach:
         print("it runs in the background: `kdatui status`, `kdatui attach`, `kdatui stop`")
         return EXIT_OK
@@ -172,11 +182,16 @@ def cmd_attach(args) -> int:
 
 # --------------------------------------------------------------------------- clients
 
+def _budget_text(b: dict) -> str:
+    from kdatui.engine.loop import Budget
+
+    return Budget(b.get("hours") or 0.0, b.get("attempts") or 0).text()
+
+
 def _fmt_status(st: dict) -> str:
     best = st.get("best")
     att = st["attempts"]
-    b = st.get("budget") or {}
-    budget = ", ".join(f"{v:g} {k}" for k, v in b.items() if v) or "none"
+    budget = _budget_text(st.get("budget") or {})
     lines = [
         f"run       {st['run']}  (task {st['task']}, {st['phase']}, agent {st['agent']}, pid {st['pid']})",
         f"state     {st['state']}" + (f": {st['why']}" if st.get("why") else ""),
@@ -209,6 +224,12 @@ def _simple(cmd: str, **kw):
     return run
 
 
+def cmd_budget(args) -> int:
+    res = _request("budget", change=" ".join(args.change).replace(" ", ","))
+    print(res["text"])
+    return EXIT_OK
+
+
 def cmd_note(args) -> int:
     res = _request("note", text=" ".join(args.text))
     print(f"note queued for the agent's next turn ({res['pending']} pending)")
@@ -222,7 +243,10 @@ def register(sub) -> None:
     s.add_argument("--agent", default="builtin", help="builtin, or a configured command agent (NAME[,NAME...])")
     s.add_argument("--budget", help="e.g. 6h, 90m, 50attempts, or 2h,50attempts (default: the task's)")
     s.add_argument("--detach", action="store_true", help="start and return; the run goes on")
-    s.add_argument("--resume", metavar="RUN", help="resume this run instead of starting one")
+    s.add_argument("--resume", metavar="RUN", help="resume this run instead of starting one (a crashed run of "
+                                                   "the task is resumed anyway; it keeps its budget)")
+    s.add_argument("--idle-stop", metavar="TIME", help="once the run has finished, the engine exits after this long "
+                                                       "with no client attached (default 24h; `never`)")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("attach", help="attach to the live run of this repo")
@@ -237,6 +261,11 @@ def register(sub) -> None:
                        ("stop", "stop the run (the engine exits)")):
         s = sub.add_parser(verb, help=what)
         s.set_defaults(func=_simple(verb))
+
+    s = sub.add_parser("budget", help="show the run's budget, or give the live or finished run more: +2h, "
+                                      "+20attempts (8h sets it)")
+    s.add_argument("change", nargs="*", help="+2h, +20attempts, 8h, 50attempts; several: +1h +10attempts")
+    s.set_defaults(func=cmd_budget)
 
     s = sub.add_parser("note", help="leave the agent a note (it reads it on its next turn)")
     s.add_argument("text", nargs="+")

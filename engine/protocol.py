@@ -8,6 +8,8 @@ Requests (client -> engine), one JSON object per line:
     {"cmd": "note", "text": "try BV=32 on split"}
     {"cmd": "prune", "name": "split-bv32-c16"}                  {"cmd": "restore", "name": ...}
     {"cmd": "archive"}
+    {"cmd": "budget", "change": "+2h"}   more budget for the live or finished run ("+20attempts",
+                                         "8h" sets it; no change: the budget and what is spent)
     {"cmd": "generalize", "from": "split-bv64-c16", "shapes": ["b1_t4096_h64", "B=2,T=2048,H=32"]}
     {"cmd": "recheck", "name": "split-bv64-c16"}                 (a member, or "attempt:<id>")
     {"cmd": "evaluate", "candidate": "/path", "shapes": [...], "checks_only": false}
@@ -24,7 +26,9 @@ the client disconnects. An event is {"seq", "ts", "run", "kind", ...data}.
 
 `status` result: {"run", "task", "task_path", "state" (running/paused/stopping/stopped),
 "why" (reason of the state), "phase" ("one shape" or "generalized"), "agent", "started",
-"elapsed_s", "budget": {"hours", "attempts"}, "attempts": {"total", "evaluated", "admitted"},
+"elapsed_s" (time the run has been running, carried over restarts; paused and finished
+time excluded), "budget": {"hours", "attempts"}, "idle_stop_s" (a finished run's engine exits
+after this long with no client; null: never), "attempts": {"total", "evaluated", "admitted"},
 "members": n, "best": {"name", "speedup", "shape"} | null, "next_cleanup_s", "device",
 "current": {"attempt", "stage", "detail"} | null, "pid"}.
 
@@ -46,7 +50,7 @@ Event kinds (the `kind` field) the engine emits; each carries a human `text` fie
   eval-progress (attempt, shape, stage, i, n, label: step i of n of this shape's evaluation;
                  also phase/step/steps within the stage)
   admitted rejected pruned restored archived generalized rechecked
-  note cleanup budget error
+  note cleanup budget (the run finished) budget-changed error
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from pathlib import Path
 from typing import Iterator
 
 SOCKET_NAME = "control.sock"
-COMMANDS = ("status", "pause", "resume", "stop", "note", "prune", "restore", "archive", "generalize",
+COMMANDS = ("status", "pause", "resume", "stop", "note", "budget", "prune", "restore", "archive", "generalize",
             "recheck", "evaluate", "snapshot", "subscribe", "candidate")
 MAX_LINE = 16 << 20
 

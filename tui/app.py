@@ -41,7 +41,7 @@ from .screens.help import HelpScreen
 from .screens.main import MainScreen
 
 ENGINE_ACTIONS = frozenset({"pause", "resume", "prune", "archive", "generalize", "recheck", "note", "stop_run",
-                            "restore", "refresh"})
+                            "restore", "refresh", "budget"})
 DETACHED, STOPPED, LOST = "detached", "stopped", "lost"
 # Shapes offered by the generalize dialog besides typing one; the bundled general task's
 # shapes when it loads, else these.
@@ -459,6 +459,19 @@ class KdaTuiApp(App[str]):
 
         self.push_screen(PromptDialog("Note to the agent", "It goes into the agent's next prompt.",
                                       placeholder="e.g. try BV=32 on split"), written)
+
+    def action_budget(self) -> None:
+        def given(text: str | None) -> None:
+            if text:
+                self.send("budget", change=",".join(text.split()))
+
+        st = self.snapshot.get("status") or {}
+        b = st.get("budget") or {}
+        now = ", ".join(x for x in ((f"{b['hours']:g} h" if b.get("hours") else ""),
+                                    (f"{b['attempts']} attempts" if b.get("attempts") else "")) if x) or "no limit"
+        self.push_screen(PromptDialog(
+            "More budget", f"The run's budget is {now}. +2h or +20attempts adds; 8h sets. A finished run goes on.",
+            placeholder="+2h  +20attempts"), given)
 
     def action_restore(self) -> None:
         def named(name: str | None) -> None:

@@ -54,7 +54,7 @@ STATE_KINDS = frozenset({
     "run-started", "run-resumed", "run-paused", "run-stopping", "run-stopped",
     "attempt-proposed", "attempt-evaluating", "attempt-evaluated", "attempt-error",
     "agent-turn", "admitted", "rejected", "pruned", "restored", "archived", "generalized",
-    "rechecked", "cleanup", "budget", "note",
+    "rechecked", "cleanup", "budget", "budget-changed", "note",
 })
 
 
