@@ -87,6 +87,7 @@ def generalize(fr: Frontier, task: Task, member: str, shape_specs: list[str], *,
     if fr.store.members(name, states=("member", "pruned", "admitting")):
         raise FrontierError(f"task {name} has a frontier already; pick another name (--task-out)")
     new = task.with_shapes(extra, name)
+    new.generalized_from = f"{task.name}/{m.name}"
     new.description = (f"{task.name} generalized from its member {m.name} to "
                        f"{', '.join(s.label() for s in extra.values())}. {task.description}").strip()
     path.parent.mkdir(parents=True, exist_ok=True)

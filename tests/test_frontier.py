@@ -44,6 +44,13 @@ def test_policy_admits_a_new_best_on_the_primary_shape():
     assert d.prune == []  # slower than fused-a on q beyond noise: a trade-off, both kept
 
 
+def test_a_lead_inside_the_noise_is_not_announced_as_a_new_best():
+    members = [c("split-a", "split", 1.5, 1.5), c("fused-a", "fused", 1.2, 1.6)]
+    d = decide(POLICY, c("fused-b", "fused", 1.52, 1.7, noise=0.05), members)  # 1.52 vs 1.5: inside 5%
+    assert d.admit and "new best" not in d.reason
+    assert "fastest on the primary shape p by less than the noise (5%): 1.52x vs 1.5x by split-a" in d.reason
+
+
 def test_policy_admits_a_new_family_even_when_slower_than_every_member():
     d = decide(POLICY, c("chunked-a", "chunked", 0.9, 0.8), [c("split-a", "split", 1.5, 1.5)])
     assert d.admit and d.reason == "first member of family chunked"
