@@ -7,6 +7,7 @@ member) are one-line errors.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import sys
 from pathlib import Path
@@ -296,24 +297,41 @@ def make_evaluator(task):
     return make()
 
 
+def _check_specs(specs: list[str]) -> None:
+    """Shapes that cannot parse are an error before anything is asked of the engine."""
+    from kdatui.engine.task import TaskError, parse_shape_spec
+
+    for spec in (p.strip() for s in specs for p in s.split(";")):
+        if spec:
+            try:
+                parse_shape_spec(spec)
+            except TaskError as e:
+                raise UserError(str(e) if repr(spec) in str(e) else f"shape {spec!r}: {e}") from None
+
+
 @_user_errors
 def cmd_generalize(args) -> int:
-    from kdatui.engine.generalize import generalize, parse_extra_shapes
+    from kdatui.engine.generalize import generalize, parse_extra_shapes, plan_text, task_file_note
 
     from .render import progress_bar
 
+    _check_specs(args.shapes)
     if not args.task and not args.name and (client := _live_engine()) is not None:
         from kdatui.engine.protocol import EngineError
 
-        print(f"the live engine generalizes {args.from_} (it re-checks it on every shape; this waits)...")
+        req = dict(shapes=list(args.shapes), task_out=args.task_out, continue_search=args.continue_search,
+                   **{"from": args.from_})
         with client:
             try:
-                res = client.request("generalize", shapes=list(args.shapes), task_out=args.task_out,
-                                     **{"from": args.from_})
+                plan = client.request("generalize", dry_run=True, **req)  # validated before any wait
+                print(f"the live engine will {plan['plan']}; this waits for the re-check...")
+                res = client.request("generalize", **req)
             except EngineError as e:
                 raise UserError(str(e)) from None
-        print(f"wrote task {res['task']}: {rel_path(res['task_file'])}; its frontier starts with {res['member']}; "
-              f"the engine continues the search on it in run {res['run']}")
+        print(f"wrote task {res['task']}: {res.get('task_file_note') or rel_path(res['task_file'])}; its frontier "
+              f"starts with {res['member']}")
+        print(f"the engine continues the search on it in run {res['run']}" if res.get("continued") else
+              f"the search stays on the old task; `kdatui run {rel_path(res['task_file'])}` searches the new one")
         for f in res.get("failures") or []:
             print(f"  fails on {f}")
         return EXIT_OK
@@ -326,7 +344,9 @@ def cmd_generalize(args) -> int:
             info = fr.store.task(m.task)
             known = info.path if info and info.path and Path(info.path).exists() else None
             task = load_task_ref(known or m.task)  # else tasks/<task>.toml or a bundled task
-        parse_extra_shapes(task, args.shapes)  # bad shapes fail before any work starts
+        extra = parse_extra_shapes(task, args.shapes)  # bad shapes fail before any work starts
+        print(plan_text(task, m.name, extra, args.task_out, False).replace(
+            "the search stays on " + task.name, f"no engine runs here: `kdatui run` starts the search"), file=sys.stderr)
         evaluator = make_evaluator(task)
         try:
             with progress_bar(f"evaluate {m.name}", quiet=args.quiet) as update:
@@ -341,7 +361,7 @@ def cmd_generalize(args) -> int:
             close = getattr(evaluator, "close", None)
             if close:
                 close()
-        print(f"wrote task {result.task.name}: {rel_path(result.task_path)} "
+        print(f"wrote task {result.task.name}: {task_file_note(fr, result.task_path)} "
               f"({len(result.task.shapes)} shapes: {', '.join(result.task.shapes)}; primary {result.task.primary_shape})")
         print(f"seeded its frontier with {result.member}: branch {result.branch} "
               f"(from {m.branch} at {m.sha[:12]})")
@@ -433,4 +453,7 @@ def register(sub) -> None:
     s.add_argument("--task", help="the member's task file (default: the one the store knows)")
     s.add_argument("--name", help="the new task's name (default from --task-out)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--continue", dest="continue_search", action=argparse.BooleanOptionalAction, default=True,
+                   help="with a live engine: continue the search on the new task (default), or "
+                        "--no-continue to keep searching the current one")
     s.set_defaults(func=cmd_generalize)

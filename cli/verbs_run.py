@@ -4,15 +4,10 @@ process and the CLI clients of its control socket."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 from .common import EXIT_OK, UserError, frontier_dir, load_task_ref
-
-START_TIMEOUT_S = 120.0
-
 
 def _client(timeout: float | None = 30.0):
     from kdatui.engine.protocol import Client, EngineUnavailable, socket_path
@@ -41,41 +36,15 @@ def start_engine(task_ref: str, agent: str, budget: str | None, *, resume: str |
                  idle_stop: str | None = None) -> dict:
     """Start the engine in its own session (it outlives this terminal) and wait until it
     answers on its socket. Returns its status."""
-    from kdatui.engine.daemon import read_lock
-    from kdatui.engine.protocol import Client, EngineUnavailable, socket_path
+    from kdatui.engine.launch import LaunchError
+    from kdatui.engine.launch import start_engine as launch
 
     task = load_task_ref(task_ref)
-    fdir = frontier_dir(create=True)
-    live = read_lock(fdir)
-    if live:
-        raise UserError(f"a run is live in this repo: {live.get('run')} on {live.get('task')} "
-                        f"(engine pid {live.get('pid')}); `kdatui attach` to watch it, `kdatui stop` to stop it")
-    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{task.name}"
-    log_dir = fdir / "runs" / run_id
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log = open(log_dir / "engine.log", "ab")
-    cmd = [sys.executable, "-m", "kdatui.engine.daemon", "--repo", str(fdir.parent), "--task",
-           str(Path(task.path).resolve()), "--agent", agent, "--run-id", run_id]
-    if budget:
-        cmd += ["--budget", budget]
-    if resume:
-        cmd += ["--resume", resume]
-    if idle_stop:
-        cmd += ["--idle-stop", idle_stop]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, cwd=fdir.parent)
-    log.close()
-    deadline = time.time() + START_TIMEOUT_S
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            tail = (log_dir / "engine.log").read_text(errors="replace").strip().splitlines()[-3:]
-            raise UserError("the engine did not start: " + (" | ".join(tail) or f"exit status {proc.returncode}"))
-        try:
-            with Client(socket_path(fdir), timeout=5) as c:
-                return c.request("status")
-        except (EngineUnavailable, OSError):
-            time.sleep(0.2)
-    raise UserError(f"the engine did not answer within {START_TIMEOUT_S:.0f} s; see {log_dir / 'engine.log'}")
+    frontier_dir()  # a clear error outside a git repo
+    try:
+        return launch(task.path, agent=agent, budget=budget, resume=resume, idle_stop=idle_stop)
+    except LaunchError as e:
+        raise UserError(str(e)) from None
 
 
 def default_task() -> str:
@@ -127,6 +96,10 @@ def attach() -> int:
     except EngineUnavailable as e:
         raise UserError(f"{e}; start one with `kdatui run TASK`") from None
     print({"detached": "detached; the run goes on (`kdatui attach` to come back, `kdatui stop` to stop it)",
+           "detached-finished": "detached; the run has finished and its engine stays up for you (`kdatui attach`, "
+                                "`kdatui budget +2h` to go on, `kdatui stop` to end it)",
+           "detached-paused": "detached; the run stays paused (`kdatui resume` or `kdatui attach`; `kdatui stop` "
+                              "to end it)",
            "stopped": "the run is stopped",
            "lost": "the engine went away; `kdatui run TASK` resumes its run"}.get(how, how))
     return EXIT_OK

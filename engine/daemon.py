@@ -319,7 +319,10 @@ class Engine:
         return {**res, "text": f"archived: {lines[0]}" + (f" (+{len(lines) - 1} more)" if len(lines) > 1 else "")
                 if lines else "archive: nothing to archive"}
 
-    def cmd_generalize(self, shapes: list[str], task_out: str | None = None, **kw) -> dict:
+    def cmd_generalize(self, shapes: list[str], task_out: str | None = None, continue_search: bool = True,
+                       dry_run: bool = False, **kw) -> dict:
+        """Validate first (member, shapes), then do it between attempts. `dry_run`: only
+        check and say what it would do (the CLI and the TUI show that before waiting)."""
         source = kw.get("from") or kw.get("source")
         if not source:
             best = self.cmd_status()["best"]
@@ -327,11 +330,18 @@ class Engine:
                 raise ValueError("generalize: no member to generalize from (name one with 'from')")
             source = best["name"]
         self.fr.find(source, self.loop.task.name)  # a clear error now, not after the queue
-        from .generalize import parse_extra_shapes
+        from .generalize import parse_extra_shapes, plan_text, task_file_note
 
-        parse_extra_shapes(self.loop.task, list(shapes))  # bad shapes: an error before any work
-        res = self._job("generalize", source=source, shapes=list(shapes), task_out=task_out)
-        return {**res, "text": f"generalized {source} to {res['task']}; the search continues there"}
+        extra = parse_extra_shapes(self.loop.task, list(shapes))  # bad shapes: an error before any work
+        plan = plan_text(self.loop.task, source, extra, task_out, bool(continue_search))
+        if dry_run:
+            return {"plan": plan, "text": plan, "from": source, "shapes": list(extra)}
+        res = self._job("generalize", source=source, shapes=list(shapes), task_out=task_out,
+                        continue_search=bool(continue_search))
+        note = task_file_note(self.fr, res["task_file"])
+        then = (f"the search continues on {res['task']} (run {res['run']})" if res.get("continued")
+                else f"the search stays on {self.loop.task.name}; `kdatui run {res['task']}` searches the new task")
+        return {**res, "task_file_note": note, "text": f"generalized {source} to {res['task']}: {note}; {then}"}
 
     def cmd_recheck(self, name: str) -> dict:
         if name.startswith("attempt:"):
@@ -365,7 +375,16 @@ class Engine:
                              "verdict": att.verdict, "parent": att.parent, "idea": att.idea, "reason": att.reason,
                              "cells": {e.shape: cell_of(e) for e in self.fr.store.evaluations(att.id, task.name)}})
         return {"status": self.cmd_status(), "shapes": shapes, "members": members, "attempts": attempts,
-                "baseline": task.bench.baseline, "notes": list(self.control.notes)}
+                "baseline": task.bench.baseline, "notes": list(self.control.notes),
+                "curve": self.cmd_curve(last=400)}
+
+    def cmd_curve(self, last: int | None = None) -> dict:
+        """The search's curve on the primary shape (engine/curve.py): every attempt a point."""
+        from .curve import curve_of
+
+        c = curve_of(self.fr.store, self.loop.task.name, baseline=self.loop.task.bench.baseline)
+        c.device = c.device or self._device()
+        return c.to_dict(last=last)
 
     def cmd_candidate(self, name: str | None = None, attempt: int | None = None) -> dict:
         """What the TUI's candidate screen shows: idea, parent, checks, per-trial timings,

@@ -504,23 +504,33 @@ class RunLoop:
             name=name, cells=cells)
         return {"name": name, "cells": cells}
 
-    def job_generalize(self, source: str, shapes: list[str], task_out: str | None = None) -> dict:
+    def job_generalize(self, source: str, shapes: list[str], task_out: str | None = None,
+                       continue_search: bool = True) -> dict:
         """Write the generalized task, seed its frontier with `source` (re-checked on every
-        shape), then continue the search on the new task in a new run."""
+        shape), then (`continue_search`) continue the search on the new task in a new run."""
         from .generalize import generalize
 
         self.current = {"attempt": None, "stage": "generalize", "detail": f"{source} -> {', '.join(shapes)}"}
-        with self.eval_lock:
-            g = generalize(self.fr, self.task, source, shapes, evaluator=self.evaluator, task_out=task_out,
-                           progress=self._progress(None))
-        self.current = None
+        try:
+            with self.eval_lock:
+                g = generalize(self.fr, self.task, source, shapes, evaluator=self.evaluator, task_out=task_out,
+                               progress=self._progress(None))
+        finally:
+            self.current = None
+        result = {"task": g.task.name, "task_file": str(g.task_path), "member": source, "failures": g.failures,
+                  "continued": bool(continue_search), "run": None}
+        if not continue_search:
+            self.bus.emit("generalized", f"generalized {source} to {g.task.name} ({len(g.task.shapes)} shapes); "
+                                         f"the search stays on {self.task.name}", task=g.task.name,
+                          task_file=str(g.task_path), source=source, failures=g.failures, continued=False)
+            return result
         old = self.run_id
         self.fr.set_run_state(old, "stopped", reason=f"generalized to {g.task.name}")
         task = load_task(g.task_path)
         run = self.fr.start_run(task, agent=getattr(self.agent, "name", "agent"), allow_dirty=True)
-        self.task, self.run_id, self.phase = task, run.id, _phase(task)
         self.clock.halt()
         self.checkpoint(force=True)
+        self.task, self.run_id, self.phase = task, run.id, _phase(task)
         self.started, self.attempts_done, self.failed_turns = time.time(), 0, 0
         self.clock, self._checkpointed = RunClock(), 0.0
         self.save_budget()
@@ -529,9 +539,8 @@ class RunLoop:
         self.on_new_run(self)
         self.bus.emit("generalized", f"generalized {source} to {task.name} ({len(task.shapes)} shapes); "
                                      f"new run {run.id}", task=task.name, task_file=str(g.task_path),
-                      run=run.id, source=source, failures=g.failures)
-        return {"task": task.name, "task_file": str(g.task_path), "run": run.id, "member": source,
-                "failures": g.failures}
+                      run=run.id, source=source, failures=g.failures, continued=True)
+        return {**result, "run": run.id}
 
     def job_evaluate(self, candidate: str, shapes: list[str] | None = None) -> list[dict]:
         with self.eval_lock:

@@ -10,10 +10,12 @@ Requests (client -> engine), one JSON object per line:
     {"cmd": "archive"}
     {"cmd": "budget", "change": "+2h"}   more budget for the live or finished run ("+20attempts",
                                          "8h" sets it; no change: the budget and what is spent)
-    {"cmd": "generalize", "from": "split-bv64-c16", "shapes": ["b1_t4096_h64", "B=2,T=2048,H=32"]}
+    {"cmd": "generalize", "from": "split-bv64-c16", "shapes": ["b1_t4096_h64", "B=2,T=2048,H=32"],
+     "continue_search": true, "dry_run": false}   dry_run: validate and say what it would do
     {"cmd": "recheck", "name": "split-bv64-c16"}                 (a member, or "attempt:<id>")
     {"cmd": "evaluate", "candidate": "/path", "shapes": [...], "checks_only": false}
     {"cmd": "snapshot"}                  everything a view needs at once (see below)
+    {"cmd": "curve", "last": 400}        the search's curve (engine/curve.py Curve.to_dict)
     {"cmd": "candidate", "name": "split-bv64-c16"} or {"cmd": "candidate", "attempt": 12}
     {"cmd": "subscribe", "backlog": 500} then stream events
 
@@ -25,7 +27,8 @@ the engine also sends {"event": {...}} lines, first the backlog, then live event
 the client disconnects. An event is {"seq", "ts", "run", "kind", ...data}.
 
 `status` result: {"run", "task", "task_path", "state" (running/paused/stopping/stopped),
-"why" (reason of the state), "phase" ("one shape" or "generalized"), "agent", "started",
+"why" (reason of the state), "phase" ("one shape", "N shapes", or "generalized (N shapes)" for a
+task `generalize` wrote), "agent", "started",
 "elapsed_s" (time the run has been running, carried over restarts; paused and finished
 time excluded), "budget": {"hours", "attempts"}, "idle_stop_s" (a finished run's engine exits
 after this long with no client; null: never), "attempts": {"total", "evaluated", "admitted"},
@@ -36,7 +39,9 @@ after this long with no client; null: never), "attempts": {"total", "evaluated",
 "members": [{"name", "family", "branch", "sha", "best", "why", "idea", "attempt",
 "cells": {shape: cell}}], "attempts": [{"id", "family", "name", "status", "verdict",
 "parent", "idea", "reason", "cells": {shape: cell}}] (the last 50), "baseline": name,
-"notes": [...]} where a cell is {"verdict", "speedup", "ms", "baseline_ms", "noise"}.
+"notes": [...], "curve": {"task", "shape", "baseline", "device", "points": [{"attempt", "t", "ts",
+"name", "family", "kind" (passed/failed/error/raced), "speedup", "noise", "best"}] (the last 400),
+"best": [[t, speedup], ...]}} where a cell is {"verdict", "speedup", "ms", "baseline_ms", "noise"}.
 
 `candidate` result: {"name", "attempt", "family", "parent" ("base" or a branch), "status",
 "branch", "sha", "why" (members), "idea" (IDEA.md), "checks": [CheckReport dict per shape],
@@ -64,7 +69,7 @@ from typing import Iterator
 
 SOCKET_NAME = "control.sock"
 COMMANDS = ("status", "pause", "resume", "stop", "note", "budget", "prune", "restore", "archive", "generalize",
-            "recheck", "evaluate", "snapshot", "subscribe", "candidate")
+            "recheck", "evaluate", "snapshot", "subscribe", "candidate", "curve")
 MAX_LINE = 16 << 20
 
 

@@ -228,8 +228,11 @@ def test_prune_recheck_archive_and_generalize_go_through_the_live_engine(repo, t
     # a recheck prunes the member's family by the new figures: on a busy CPU the rechecked
     # member can come out dominated and leave, so generalize from whatever is best now
     best = status(repo)["best"]["name"]
+    bad = kdatui(repo, "generalize", "--from", best, "--shapes", "B=1,T=33,H=2,K=16,V=16,T=5", check=False)
+    assert bad.returncode == 2 and "T is given twice" in bad.stderr
     out = kdatui(repo, "generalize", "--from", best, "--shapes", "B=1,T=33,H=2,K=16,V=16").stdout
-    assert "wrote task" in out
+    assert "the live engine will generalize tiny/" in out, "it says what it will do before it waits"
+    assert "wrote task" in out and "not tracked by git" in out and "continues the search" in out
     st = wait_for(repo, lambda s: s["task"] != "tiny", what="the run on the generalized task")
     assert st["phase"].startswith("generalized") and st["members"] >= 1
     new_task = (repo / "tasks" / f"{st['task']}.toml").read_text()
