@@ -146,21 +146,21 @@ def reshaped_state(shapes: list[dict], *, device: str, base_ms: dict[str, float]
     names = [s["name"] for s in shapes]
     base = base_ms or {n: 1.0 + i for i, n in enumerate(names)}
 
-    def remap(cs: dict) -> dict:
+    def remap(cs: dict, k: int) -> dict:
         out = {}
         for i, n in enumerate(names):
             c = cs.get(old[i % len(old)])
             if c is None:
                 continue
             c = dict(c)
-            c["baseline_ms"] = base[n] * (1.0 + 0.07 * (hash(n) % 3))  # each timed against its own baseline run
+            c["baseline_ms"] = base[n] * (1.0 + 0.07 * ((i + k) % 3))  # each timed against its own baseline run
             if c.get("speedup"):
                 c["ms"] = round(c["baseline_ms"] / c["speedup"], 4)
             out[n] = c
         return out
 
-    for row in [*st["members"], *st["attempts"]]:
-        row["cells"] = remap(row["cells"])
+    for k, row in enumerate([*st["members"], *st["attempts"]]):
+        row["cells"] = remap(row["cells"], k)
     st["shapes"] = copy.deepcopy(shapes)
     st["baseline"] = baseline
     st["status"].update(device=device, phase=f"{len(shapes)} shapes")
