@@ -26,14 +26,15 @@ one-line `text` saying what was done. After `subscribe`
 the engine also sends {"event": {...}} lines, first the backlog, then live events, until
 the client disconnects. An event is {"seq", "ts", "run", "kind", ...data}.
 
-`status` result: {"run", "task", "task_path", "state" (running/paused/stopping/stopped),
+`status` result: {"run", "task", "task_path", "state" (running/paused/finished/stopping/stopped),
 "why" (reason of the state), "phase" ("one shape", "N shapes", or "generalized (N shapes)" for a
 task `generalize` wrote), "agent", "started",
 "elapsed_s" (time the run has been running, carried over restarts; paused and finished
 time excluded), "budget": {"hours", "attempts"}, "idle_stop_s" (a finished run's engine exits
 after this long with no client; null: never), "attempts": {"total", "evaluated", "admitted"},
 "members": n, "best": {"name", "speedup", "shape"} | null, "next_cleanup_s", "device",
-"current": {"attempt", "stage", "detail"} | null, "pid"}.
+"current": {"attempt", "stage", "detail"} | null, "pid", "resumed" (this engine took over a run
+that had been interrupted)}.
 
 `snapshot` result: {"status": ..., "shapes": [{"name", "dims", "primary"}],
 "members": [{"name", "family", "branch", "sha", "best", "why", "idea", "attempt",
