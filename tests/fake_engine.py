@@ -561,6 +561,9 @@ class FakeEngine:
                     raise ValueError("generalize needs at least one shape")
                 parsed = [parse_shape_spec(s) for s in shapes]
                 task = f"{status['task']}_gen"
+                if req.get("dry_run"):
+                    plan = f"generalize {status['task']}/{src} to {len(st['shapes']) + len(parsed)} shapes"
+                    return {"plan": plan, "text": plan}, None
                 return {"task": task, "path": f"tasks/{task}.toml", "run": f"{task}-0001",
                         "shapes": [p.name for p in parsed],
                         "text": f"wrote tasks/{task}.toml with {len(parsed)} more shapes; rechecking {src}"}, \

@@ -436,3 +436,17 @@ def test_a_member_branch_deleted_by_hand_is_recreated_on_open(repo):
     with Frontier.open(repo) as fr:
         assert git(repo, "rev-parse", "frontier/kt/split-bv64") == adm.sha
         assert [m.name for m in fr.members("kt")] == ["split-bv64"]
+
+
+def test_an_attempt_evaluated_again_after_a_restart_has_no_verdict_until_it_is(fr):
+    """The header's `evaluated` counts attempts with a verdict: the one re-evaluated after
+    a crash (marked error by the recovery) must not count until its new verdict is in."""
+    task = make_task()
+    run = fr.start_run(task).id
+    att = fr.propose(run, task, family="split", name="a", files={"kernel.py": kernel_source({"p": 1.2, "q": 1.1})})
+    fr.store.update_attempt(att.id, status="error", verdict="error", reason="interrupted: the process stopped")
+    fr.start_evaluation(att.id)
+    again = fr.attempt(att.id)
+    assert again.status == "evaluating" and again.verdict is None
+    fr.record_evaluations(att.id, task, FakeEvaluator().evaluate(task, fr.candidate_path(att)))
+    assert fr.attempt(att.id).verdict == "passed"

@@ -218,8 +218,10 @@ async def test_generalize_dialog_sends_the_source_and_the_shapes(fake):
         dialog.query_one("#gen-typed", Input).focus()
         await pilot.press(*"B=2,T=2048,H=48")
         await pilot.press("ctrl+g")
-        await until(pilot, lambda: fake.commands("generalize"), what="the generalize request")
-        req = fake.commands("generalize")[0]
+        await until(pilot, lambda: len(fake.commands("generalize")) == 2, what="the generalize requests")
+        plan, req = fake.commands("generalize")
+        assert plan["dry_run"] is True and "dry_run" not in req  # it says what it will do first
+        assert any("will" in n or "generalize kda_fwd_demo/" in n for n in notifications(app))
         assert req["from"] == "fused-c64-w4"  # the selected member
         assert req["shapes"] == [first, "B=2,T=2048,H=48"]
         await until(pilot, lambda: any("wrote tasks/" in n for n in notifications(app)))
@@ -570,3 +572,23 @@ async def test_task_picker_returns_the_chosen_task(tmp_path):
         await pilot.press("enter")  # the bad task is disabled: the highlight starts on the good one
         await pilot.pause(0.1)
     assert app.return_value == good
+
+
+@aio
+async def test_a_long_command_waits_for_its_answer_past_the_request_timeout(fake):
+    """generalize answers after the re-check of every shape (minutes on the CPU): the
+    TUI used to give up after 60 s and call the engine gone."""
+    from kdatui.engine.protocol import EngineUnavailable
+    from kdatui.tui.client import EngineClient
+
+    client = EngineClient(fake.path, timeout=0.3)
+    await client.connect()
+    try:
+        fake.delay["generalize"] = 0.8
+        res = await client.request("generalize", shapes=["b1_t4096_h32"], **{"from": "fused-c64-w4"})
+        assert "wrote tasks/" in res["text"]
+        fake.delay["status"] = 0.8
+        with pytest.raises(EngineUnavailable, match="did not answer `status`"):
+            await client.request("status")
+    finally:
+        await client.close()

@@ -189,7 +189,7 @@ async def test_c_opens_the_chart_and_it_fills_as_attempts_come(fake):
                     "parent": "base", "idea": "", "reason": "", "cells": {"b1_t8192_h96": cell("b1_t8192_h96", 1.5)}})
         fake.state["curve"] = demo_curve(att, fake.state["shapes"])
         fake.emit("attempt-evaluated", attempt=13, text="#13 PASS 1.50x")
-        await until(pilot, lambda: "12 attempts, best 1.50x" in chart.border_title, what="the new point")
+        await until(pilot, lambda: "12 attempts, best 1.50x" in chart.border_title, what="the new point", timeout=20)
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, ChartScreen))
 
@@ -204,7 +204,7 @@ async def test_b_gives_the_run_more_budget(fake):
         await pilot.press("b")
         await until(pilot, lambda: isinstance(app.screen, PromptDialog), what="the budget prompt")
         await pilot.press(*"+2h +20attempts", "enter")
-        await until(pilot, lambda: fake.commands("budget"), what="the budget request")
+        await until(pilot, lambda: fake.commands("budget"), what="the budget request", timeout=20)
         assert fake.commands("budget")[0]["change"] == "+2h,+20attempts"
 
 
@@ -222,6 +222,6 @@ async def test_generalize_on_the_cpu_offers_small_shapes_and_asks_whether_to_con
             await pilot.press("space")
             dialog.query_one("#gen-continue").value = False
             await pilot.press("ctrl+g")
-            await until(pilot, lambda: fake.commands("generalize"))
-            req = fake.commands("generalize")[0]
+            await until(pilot, lambda: len(fake.commands("generalize")) == 2, timeout=20)
+            req = fake.commands("generalize")[-1]
             assert req["shapes"] == [offered[0]] and req["continue_search"] is False

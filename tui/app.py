@@ -267,7 +267,8 @@ class KdaTuiApp(App[str]):
             return
         self.absent = True
         self.lost = why
-        main.header.lost = f"no engine: {why}"
+        rest = why[len("no engine"):].strip() if why.startswith("no engine") else f": {why}"
+        main.header.lost = f"no engine {rest}"
         main.loop.write_operator(f"no engine: {why}", "gone")
         self.refresh_bindings()
         from .screens.task_picker import TaskPickerScreen
@@ -536,10 +537,16 @@ class KdaTuiApp(App[str]):
 
         def chosen(args: dict | None) -> None:
             if args:
-                self.send("generalize", **args)
+                self.run_worker(self._generalize(args), group="commands")
 
         device = str((self.snapshot.get("status") or {}).get("device") or "")
         self.push_screen(GeneralizeDialog(members, source, common_shapes(device), shapes), chosen)
+
+    async def _generalize(self, args: dict) -> None:
+        """Say what generalize will do (the engine checks the member and the shapes at once),
+        then do it (it waits for the re-check of every shape)."""
+        if await self._send("generalize", {**args, "dry_run": True}) is not None:
+            await self._send("generalize", args)
 
     def action_recheck(self) -> None:
         sel = self.selection

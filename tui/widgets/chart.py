@@ -37,7 +37,10 @@ def chart_lines(curve: dict | None, width: int, height: int) -> list[Text]:
         return lines + [Text("")] * (height - 2) + [legend(cpu)]
     plot_w, plot_h = width - Y_LABEL - 1, height - 2
     values = [p["speedup"] for p in points if p.get("speedup") is not None]
-    lo, hi = min(values + [1.0]), max(values + [1.0])
+    # the baseline's 1.00x joins the range only when the points are near it: on the CPU
+    # (interpreter vs torch, ~0.02x) it would squeeze every point onto one row
+    near = bool(values) and max(values) >= 0.5 and min(values) <= 2.0
+    lo, hi = min(values + [1.0] * (near or not values)), max(values + [1.0] * (near or not values))
     if hi - lo < 1e-9:
         lo, hi = lo * 0.95, hi * 1.05
     span_t = max((p.get("t") or 0.0) for p in points) or 1.0
@@ -49,8 +52,8 @@ def chart_lines(curve: dict | None, width: int, height: int) -> list[Text]:
         return min(plot_h - 1, max(0, int(round((hi - v) / (hi - lo) * (plot_h - 1)))))
 
     grid: list[list[tuple[str, str]]] = [[(" ", "")] * plot_w for _ in range(plot_h)]
-    base = row(1.0)
-    for x in range(plot_w):
+    base = row(1.0) if lo <= 1.0 <= hi else None
+    for x in range(plot_w if base is not None else 0):
         grid[base][x] = ("┈", "dim")
     best, steps = None, sorted((p["t"] or 0.0, p["speedup"]) for p in points if p.get("best") and p.get("speedup"))
     i = 0
@@ -68,7 +71,7 @@ def chart_lines(curve: dict | None, width: int, height: int) -> list[Text]:
         x = col(p.get("t") or 0.0)
         if grid[y][x][0] != NEW_BEST[0]:
             grid[y][x] = g
-    labels = {0: f"{hi:.2f}x", plot_h - 1: f"{lo:.2f}x", base: "1.00x"}
+    labels = {0: f"{hi:.2f}x", plot_h - 1: f"{lo:.2f}x", **({base: "1.00x"} if base is not None else {})}
     lines = []
     for y in range(plot_h):
         t = Text(f"{labels.get(y, ''):>{Y_LABEL - 1}} ", style="dim")
@@ -101,7 +104,8 @@ class SearchChart(Static):
             shape = curve.get("shape") or ""
             best = [b for b in curve.get("best") or []]
             n = len(curve.get("points") or [])
-            self.border_title = (f"search on ◆ {shape}: {n} attempts" + (f", best {best[-1][1]:.2f}x" if best else "")
+            self.border_title = (f"search on ◆ {shape}: {n} attempt{'s' * (n != 1)}"
+                                 + (f", best {best[-1][1]:.2f}x" if best else "")
                                  if shape else self.BORDER_TITLE)
             cpu = str(curve.get("device") or "").lower().startswith("cpu")
             self.border_subtitle = "CPU: interpreter timings are not performance figures" if cpu else ""

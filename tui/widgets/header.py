@@ -44,7 +44,8 @@ def header_lines(status: dict | None, *, since_fetch: float = 0.0, lost: str | N
     state = st.get("state") or ""
     sep = (" · ", "dim")
     if lost is not None and lost.startswith("no engine"):
-        badge = [("○ no engine", "bold reverse yellow"), (f" {lost[len('no engine'):].lstrip(': ')}", "yellow")]
+        tail = lost[len("no engine"):].strip()
+        badge = [("○ no engine", "bold reverse yellow"), (tail if tail.startswith(":") else f" {tail}", "yellow")]
     elif lost is not None:
         badge = [("✗ engine gone", "bold reverse red"), (f" {lost}", "red")]
     elif not st:
@@ -63,7 +64,8 @@ def header_lines(status: dict | None, *, since_fetch: float = 0.0, lost: str | N
     if elapsed is not None and running:
         elapsed += since_fetch
     budget = st.get("budget") or {}
-    parts: list = [("elapsed ", "dim"), f"{fmt.duration(elapsed)}/{fmt.hours(budget.get('hours'))}"]
+    limit = f"/{fmt.hours(budget['hours'])}" if budget.get("hours") else ""  # attempts' limit: line 3
+    parts: list = [("elapsed ", "dim"), f"{fmt.duration(elapsed)}{limit}"]
     best = st.get("best")
     if best and best.get("speedup") is not None:
         t = fmt.trend(best["speedup"], 0.0)
@@ -86,11 +88,13 @@ def header_lines(status: dict | None, *, since_fetch: float = 0.0, lost: str | N
              sep, ("now ", "dim")]
     cur = st.get("current")
     if progress is not None and running:
-        parts.append((f"#{progress.get('attempt')} {progress.get('stage', '')} {progress.get('i', '?')}/"
-                      f"{progress.get('n', '?')} {progress.get('shape', '')} {progress.get('label', '')}".strip(),
-                      "cyan"))
+        step = f"{progress.get('i')}/{progress.get('n')} " if progress.get("n") else ""
+        who = f"#{progress['attempt']}" if progress.get("attempt") else "operator job:"
+        parts.append((f"{who} {progress.get('stage', '')} {step}{progress.get('shape', '')} "
+                      f"{progress.get('label', '')}".strip(), "cyan"))
     elif cur:
-        parts.append((f"#{cur.get('attempt')} {cur.get('stage', '')} {cur.get('detail', '')}".strip(), "cyan"))
+        who = f"#{cur['attempt']} " if cur.get("attempt") else ""
+        parts.append((f"{who}{cur.get('stage', '')} {cur.get('detail', '')}".strip(), "cyan"))
     else:
         parts.append(("idle" if state != "running" else "waiting for the agent", "dim"))
     line3 = _line(*parts)
