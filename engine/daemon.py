@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .events import EventBus
 from .gitrepo import candidate_dir
-from .loop import Budget, RunControl, RunLoop, cell_of
+from .loop import Budget, RunControl, RunLoop, _spent, cell_of
 from .protocol import COMMANDS, encode, socket_path
 from .store import FrontierError
 from .task import TaskError, load_task
@@ -286,7 +286,7 @@ class Engine:
         if not str(change).strip():
             made, spent = loop.attempts_done, loop.clock.elapsed()
             return {"budget": loop.budget.describe(), "text": f"budget {loop.budget.text()}: {made} attempts made, "
-                                                               f"{spent / 3600:.2g} h spent"}
+                                                               f"{_spent(spent)} spent"}
         return loop.change_budget(str(change))
 
     def cmd_note(self, text: str = "") -> dict:

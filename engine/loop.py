@@ -99,6 +99,10 @@ class Budget:
         return ", ".join(p for p in parts if p) or "no limit"
 
 
+def _spent(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+
+
 class RunClock:
     """The time a run has spent running: carried over restarts (the store keeps what was
     spent before), stopped while the run is paused or finished."""
@@ -291,7 +295,7 @@ class RunLoop:
             self.control.cond.notify_all()
         if resumed:
             self.fr.set_run_state(self.run_id, "running", reason=f"budget now {new.text()}")
-        made = f"{self.attempts_done} attempts made, {elapsed / 3600:.2g} h spent"
+        made = f"{self.attempts_done} attempts made, {_spent(elapsed)} spent"
         text = (f"budget {old.text()} -> {new.text()} ({made})"
                 + ("; the run goes on" if resumed else f"; still {spent}" if spent else ""))
         self.bus.emit("budget-changed", text, budget=new.describe(), resumed=resumed)

@@ -31,6 +31,7 @@ STATUS_GLYPH = {
     "admitting": ("+", "green"),
     "admitted": ("+", "bold green"),
     "archived": ("a", "dim"),
+    "pruned": ("-", "dim"),
 }
 CELL_KEYS = ("verdict", "speedup", "ms", "baseline_ms", "noise")
 NORMALIZED, MEASURED = "normalized", "measured"
