@@ -225,6 +225,7 @@ class RunLoop:
 
     def run(self) -> None:
         try:
+            self._sync_clock()  # the re-evaluation of an interrupted attempt is time spent too
             self._resume_interrupted()
             while True:
                 self._do_jobs()
