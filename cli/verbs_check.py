@@ -14,6 +14,20 @@ def cmd_tasks(args) -> int:
 
     from kdatui.engine.task import TaskError, discover_tasks, load_task
 
+    if args.json:
+        rows = []
+        for path in discover_tasks():
+            try:
+                t = load_task(path)
+            except TaskError as e:
+                rows.append({"name": path.stem, "path": str(path), "error": str(e)})
+                continue
+            rows.append({"name": t.name, "path": str(path), "primary_shape": t.primary_shape,
+                         "shapes": {n: sh.dims() for n, sh in t.shapes.items()}, "baseline": t.bench.baseline,
+                         "budget_hours": t.search.budget_hours, "budget_attempts": t.search.budget_attempts,
+                         "generalized_from": t.generalized_from or None, "description": t.description})
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
     table = Table(title="task files (* the primary shape)", show_lines=True)
     for col in ("task", "shapes", "B", "T", "H", "K", "V"):
         table.add_column(col, justify="right" if len(col) == 1 else "left")
@@ -80,6 +94,7 @@ def report_of(e) -> dict:
 
 def register(sub) -> None:
     s = sub.add_parser("tasks", help="list the task files and their shapes")
+    s.add_argument("--json", action="store_true", help="print the tasks as JSON")
     s.set_defaults(func=cmd_tasks)
 
     s = sub.add_parser("check", help="run the correctness contract on a candidate")

@@ -7,6 +7,7 @@ member) are one-line errors.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import sys
 from pathlib import Path
@@ -57,13 +58,72 @@ def _shape_order(fr, task_name: str, members) -> list[str]:
 # --------------------------------------------------------------------------- frontier
 
 
+def _cell_dict(e) -> dict:
+    return {"verdict": e.verdict, "speedup": e.speedup, "candidate_ms": e.candidate_ms,
+            "baseline_ms": e.baseline_ms, "noise": e.noise}
+
+
+def frontier_data(fr, task_name: str) -> dict:
+    """A task's frontier as plain data (`kdatui frontier list --json`)."""
+    members = fr.members(task_name)
+    info = fr.store.task(task_name)
+    return {"task": task_name, "primary_shape": info.primary_shape if info else None,
+            "shapes": _shape_order(fr, task_name, members),
+            "members": [{"name": m.name, "family": m.family, "best": m.best, "branch": m.branch, "sha": m.sha,
+                         "attempt": m.attempt, "why": m.why,
+                         "cells": {e.shape: _cell_dict(e) for e in fr.evaluations(m)}} for m in members],
+            "pruned": [m.name for m in fr.store.members(task_name, states=("pruned",))]}
+
+
+def _cell_text(e) -> str:
+    if e is None:
+        return "-"
+    if e.verdict != "PASS":
+        return f"[red]{e.verdict}[/]"
+    return f"{_x(e.speedup)}\n{_ms(e.candidate_ms)} ms"
+
+
+def _member_table(fr, task_name, members, shapes, primary):
+    """Members as rows, shapes as columns (few shapes)."""
+    from rich.table import Table
+
+    t = Table(title=f"frontier of {task_name}  (* primary shape; cells: speedup, candidate ms)")
+    t.add_column("member", no_wrap=True)
+    t.add_column("family", no_wrap=True)
+    for s in shapes:
+        t.add_column(s + (" *" if s == primary else ""), justify="right")
+    t.add_column("why kept")
+    for m in members:
+        cells = {e.shape: e for e in fr.evaluations(m)}
+        t.add_row(m.name + (" [bold green](best)[/]" if m.best else ""), m.family,
+                  *[_cell_text(cells.get(s)) for s in shapes], m.why)
+    return t
+
+
+def _shape_table(fr, task_name, members, shapes, primary):
+    """Transposed: shapes as rows, members as columns (many shapes, or a narrow terminal)."""
+    from rich.table import Table
+
+    t = Table(title=f"frontier of {task_name}  (shapes as rows; * primary shape; cells: speedup, candidate ms)")
+    t.add_column("shape", no_wrap=True)
+    for m in members:
+        t.add_column(f"{m.name}\n({m.family}{', best' if m.best else ''})", justify="right")
+    cells = {m.name: {e.shape: e for e in fr.evaluations(m)} for m in members}
+    for s in shapes:
+        t.add_row(s + (" *" if s == primary else ""), *[_cell_text(cells[m.name].get(s)) for m in members])
+    return t
+
+
 @_user_errors
 def cmd_list(args) -> int:
-    from rich.table import Table
+    import json
 
     con = _console()
     with _open() as fr:
         tasks = [args.task] if args.task else fr.store.tasks_with_members()
+        if args.json:
+            print(json.dumps({"repo": str(fr.repo.root), "tasks": [frontier_data(fr, t) for t in tasks]}, indent=2))
+            return EXIT_OK
         if not tasks:
             print(f"no frontier members yet in {fr.repo.root}")
             return EXIT_OK
@@ -72,26 +132,15 @@ def cmd_list(args) -> int:
             info = fr.store.task(task_name)
             primary = info.primary_shape if info else ""
             shapes = _shape_order(fr, task_name, members)
-            t = Table(title=f"frontier of {task_name}  (* primary shape; cells: speedup, candidate ms)")
-            t.add_column("member")
-            t.add_column("family")
-            for s in shapes:
-                t.add_column(s + (" *" if s == primary else ""), justify="right")
-            t.add_column("why kept")
-            for m in members:
-                cells = {e.shape: e for e in fr.evaluations(m)}
-                row = [m.name + (" [bold green](best)[/]" if m.best else ""), m.family]
-                for s in shapes:
-                    e = cells.get(s)
-                    if e is None:
-                        row.append("-")
-                    elif e.verdict != "PASS":
-                        row.append(f"[red]{e.verdict}[/]")
-                    else:
-                        row.append(f"{_x(e.speedup)}\n{_ms(e.candidate_ms)} ms")
-                row.append(m.why)
-                t.add_row(*row)
-            con.print(t)
+            # member, family and why need ~60 columns, each shape ~12: too many shapes for the
+            # width and the columns get cut (`fami…`), so the table turns: shapes as rows
+            wide = 60 + 12 * len(shapes) <= con.width
+            if wide:
+                con.print(_member_table(fr, task_name, members, shapes, primary))
+            else:
+                con.print(_shape_table(fr, task_name, members, shapes, primary))
+                for m in members:
+                    print(f"  {m.name}: {m.why}")
             pruned = fr.store.members(task_name, states=("pruned",))
             if pruned:
                 print(f"pruned ({len(pruned)}): {', '.join(m.name for m in pruned)}  "
@@ -112,6 +161,18 @@ def cmd_show(args) -> int:
         m = _find_any(fr, args.name, args.task)
         att = fr.attempt(m.attempt)
         idea = fr.repo.show_file(m.sha, f"{candidate_dir(m.task)}/IDEA.md") or att.idea
+        if args.json:
+            import json
+
+            evals = fr.evaluations(m)
+            print(json.dumps({
+                "task": m.task, "name": m.name, "family": m.family, "best": m.best, "state": m.state,
+                "branch": m.branch, "ref": m.ref, "sha": m.sha, "attempt": att.id, "run": att.run,
+                "parent": att.parent, "why": m.why, "idea": idea,
+                "evaluations": [{"shape": e.shape, "dims": e.data.get("dims"), "device": e.data.get("device"),
+                                 **_cell_dict(e), "checks": (e.data.get("checks") or {}).get("results")}
+                                for e in evals]}, indent=2, default=str))
+            return EXIT_OK
         state = "" if m.state == "member" else f"  [yellow]({m.state}; kdatui frontier restore {m.name})[/]"
         con.print(f"[bold]{m.task}/{m.name}[/]  family {m.family}"
                   + ("  [bold green]best on the primary shape[/]" if m.best else "") + state)
@@ -296,24 +357,41 @@ def make_evaluator(task):
     return make()
 
 
+def _check_specs(specs: list[str]) -> None:
+    """Shapes that cannot parse are an error before anything is asked of the engine."""
+    from kdatui.engine.task import TaskError, parse_shape_spec
+
+    for spec in (p.strip() for s in specs for p in s.split(";")):
+        if spec:
+            try:
+                parse_shape_spec(spec)
+            except TaskError as e:
+                raise UserError(str(e) if repr(spec) in str(e) else f"shape {spec!r}: {e}") from None
+
+
 @_user_errors
 def cmd_generalize(args) -> int:
-    from kdatui.engine.generalize import generalize, parse_extra_shapes
+    from kdatui.engine.generalize import generalize, parse_extra_shapes, plan_text, task_file_note
 
     from .render import progress_bar
 
+    _check_specs(args.shapes)
     if not args.task and not args.name and (client := _live_engine()) is not None:
         from kdatui.engine.protocol import EngineError
 
-        print(f"the live engine generalizes {args.from_} (it re-checks it on every shape; this waits)...")
+        req = dict(shapes=list(args.shapes), task_out=args.task_out, continue_search=args.continue_search,
+                   **{"from": args.from_})
         with client:
             try:
-                res = client.request("generalize", shapes=list(args.shapes), task_out=args.task_out,
-                                     **{"from": args.from_})
+                plan = client.request("generalize", dry_run=True, **req)  # validated before any wait
+                print(f"the live engine will {plan['plan']}; this waits for the re-check...")
+                res = client.request("generalize", **req)
             except EngineError as e:
                 raise UserError(str(e)) from None
-        print(f"wrote task {res['task']}: {rel_path(res['task_file'])}; its frontier starts with {res['member']}; "
-              f"the engine continues the search on it in run {res['run']}")
+        print(f"wrote task {res['task']}: {res.get('task_file_note') or rel_path(res['task_file'])}; its frontier "
+              f"starts with {res['member']}")
+        print(f"the engine continues the search on it in run {res['run']}" if res.get("continued") else
+              f"the search stays on the old task; `kdatui run {rel_path(res['task_file'])}` searches the new one")
         for f in res.get("failures") or []:
             print(f"  fails on {f}")
         return EXIT_OK
@@ -326,7 +404,9 @@ def cmd_generalize(args) -> int:
             info = fr.store.task(m.task)
             known = info.path if info and info.path and Path(info.path).exists() else None
             task = load_task_ref(known or m.task)  # else tasks/<task>.toml or a bundled task
-        parse_extra_shapes(task, args.shapes)  # bad shapes fail before any work starts
+        extra = parse_extra_shapes(task, args.shapes)  # bad shapes fail before any work starts
+        print(plan_text(task, m.name, extra, args.task_out, False).replace(
+            "the search stays on " + task.name, f"no engine runs here: `kdatui run` starts the search"), file=sys.stderr)
         evaluator = make_evaluator(task)
         try:
             with progress_bar(f"evaluate {m.name}", quiet=args.quiet) as update:
@@ -341,7 +421,7 @@ def cmd_generalize(args) -> int:
             close = getattr(evaluator, "close", None)
             if close:
                 close()
-        print(f"wrote task {result.task.name}: {rel_path(result.task_path)} "
+        print(f"wrote task {result.task.name}: {task_file_note(fr, result.task_path)} "
               f"({len(result.task.shapes)} shapes: {', '.join(result.task.shapes)}; primary {result.task.primary_shape})")
         print(f"seeded its frontier with {result.member}: branch {result.branch} "
               f"(from {m.branch} at {m.sha[:12]})")
@@ -389,11 +469,13 @@ def register(sub) -> None:
 
     p = fsub.add_parser("list", help="every member, per shape")
     p.add_argument("--task", help="only this task's frontier")
+    p.add_argument("--json", action="store_true", help="print the frontiers as JSON")
     p.set_defaults(func=cmd_list)
 
     p = fsub.add_parser("show", help="a member's idea, per-shape timings and checks")
     p.add_argument("name")
     p.add_argument("--task", help="the member's task (when several tasks have that name)")
+    p.add_argument("--json", action="store_true", help="print the member as JSON")
     p.set_defaults(func=cmd_show)
 
     p = fsub.add_parser("diff", help="git diff of two members' candidates")
@@ -433,4 +515,7 @@ def register(sub) -> None:
     s.add_argument("--task", help="the member's task file (default: the one the store knows)")
     s.add_argument("--name", help="the new task's name (default from --task-out)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--continue", dest="continue_search", action=argparse.BooleanOptionalAction, default=True,
+                   help="with a live engine: continue the search on the new task (default), or "
+                        "--no-continue to keep searching the current one")
     s.set_defaults(func=cmd_generalize)

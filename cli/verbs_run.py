@@ -4,15 +4,10 @@ process and the CLI clients of its control socket."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 from .common import EXIT_OK, UserError, frontier_dir, load_task_ref
-
-START_TIMEOUT_S = 120.0
-
 
 def _client(timeout: float | None = 30.0):
     from kdatui.engine.protocol import Client, EngineUnavailable, socket_path
@@ -37,42 +32,19 @@ def _request(cmd: str, **args) -> dict:
 
 # --------------------------------------------------------------------------- run
 
-def start_engine(task_ref: str, agent: str, budget: str | None, *, resume: str | None = None) -> dict:
+def start_engine(task_ref: str, agent: str, budget: str | None, *, resume: str | None = None,
+                 idle_stop: str | None = None) -> dict:
     """Start the engine in its own session (it outlives this terminal) and wait until it
     answers on its socket. Returns its status."""
-    from kdatui.engine.daemon import read_lock
-    from kdatui.engine.protocol import Client, EngineUnavailable, socket_path
+    from kdatui.engine.launch import LaunchError
+    from kdatui.engine.launch import start_engine as launch
 
     task = load_task_ref(task_ref)
-    fdir = frontier_dir(create=True)
-    live = read_lock(fdir)
-    if live:
-        raise UserError(f"a run is live in this repo: {live.get('run')} on {live.get('task')} "
-                        f"(engine pid {live.get('pid')}); `kdatui attach` to watch it, `kdatui stop` to stop it")
-    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{task.name}"
-    log_dir = fdir / "runs" / run_id
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log = open(log_dir / "engine.log", "ab")
-    cmd = [sys.executable, "-m", "kdatui.engine.daemon", "--repo", str(fdir.parent), "--task",
-           str(Path(task.path).resolve()), "--agent", agent, "--run-id", run_id]
-    if budget:
-        cmd += ["--budget", budget]
-    if resume:
-        cmd += ["--resume", resume]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, cwd=fdir.parent)
-    log.close()
-    deadline = time.time() + START_TIMEOUT_S
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            tail = (log_dir / "engine.log").read_text(errors="replace").strip().splitlines()[-3:]
-            raise UserError("the engine did not start: " + (" | ".join(tail) or f"exit status {proc.returncode}"))
-        try:
-            with Client(socket_path(fdir), timeout=5) as c:
-                return c.request("status")
-        except (EngineUnavailable, OSError):
-            time.sleep(0.2)
-    raise UserError(f"the engine did not answer within {START_TIMEOUT_S:.0f} s; see {log_dir / 'engine.log'}")
+    frontier_dir()  # a clear error outside a git repo
+    try:
+        return launch(task.path, agent=agent, budget=budget, resume=resume, idle_stop=idle_stop)
+    except LaunchError as e:
+        raise UserError(str(e)) from None
 
 
 def default_task() -> str:
@@ -88,16 +60,23 @@ def default_task() -> str:
 
 def cmd_run(args) -> int:
     args.task = args.task or default_task()
-    if args.budget:
-        from kdatui.engine.loop import Budget
+    from kdatui.engine.daemon import parse_idle_stop
+    from kdatui.engine.loop import Budget
 
-        try:
+    try:
+        if args.budget:
             Budget.parse(args.budget)
-        except ValueError as e:
-            raise UserError(str(e)) from None
-    st = start_engine(args.task, args.agent, args.budget, resume=args.resume)
-    print(f"run {st['run']} started on {st['task']} (engine pid {st['pid']}, agent {st['agent']}, "
+        parse_idle_stop(args.idle_stop)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    st = start_engine(args.task, args.agent, args.budget, resume=args.resume, idle_stop=args.idle_stop)
+    how = "resumed" if st.get("resumed") else "started"
+    print(f"run {st['run']} {how} on {st['task']} (engine pid {st['pid']}, agent {st['agent']}, "
           f"device {st['device']})")
+    if st.get("resumed"):
+        b = st.get("budget") or {}
+        print(f"it keeps its budget ({_budget_text(b)}): {st['attempts']['total']} attempts made and "
+              f"{st['elapsed_s'] / 60:.1f} min spent before count against it; `kdatui budget +2h` gives it more")
     if args.detach:
         print("it runs in the background: `kdatui status`, `kdatui attach`, `kdatui stop`")
         return EXIT_OK
@@ -117,6 +96,10 @@ def attach() -> int:
     except EngineUnavailable as e:
         raise UserError(f"{e}; start one with `kdatui run TASK`") from None
     print({"detached": "detached; the run goes on (`kdatui attach` to come back, `kdatui stop` to stop it)",
+           "detached-finished": "detached; the run has finished and its engine stays up for you (`kdatui attach`, "
+                                "`kdatui budget +2h` to go on, `kdatui stop` to end it)",
+           "detached-paused": "detached; the run stays paused (`kdatui resume` or `kdatui attach`; `kdatui stop` "
+                              "to end it)",
            "stopped": "the run is stopped",
            "lost": "the engine went away; `kdatui run TASK` resumes its run"}.get(how, how))
     return EXIT_OK
@@ -172,11 +155,16 @@ def cmd_attach(args) -> int:
 
 # --------------------------------------------------------------------------- clients
 
+def _budget_text(b: dict) -> str:
+    from kdatui.engine.loop import Budget
+
+    return Budget(b.get("hours") or 0.0, b.get("attempts") or 0).text()
+
+
 def _fmt_status(st: dict) -> str:
     best = st.get("best")
     att = st["attempts"]
-    b = st.get("budget") or {}
-    budget = ", ".join(f"{v:g} {k}" for k, v in b.items() if v) or "none"
+    budget = _budget_text(st.get("budget") or {})
     lines = [
         f"run       {st['run']}  (task {st['task']}, {st['phase']}, agent {st['agent']}, pid {st['pid']})",
         f"state     {st['state']}" + (f": {st['why']}" if st.get("why") else ""),
@@ -209,6 +197,12 @@ def _simple(cmd: str, **kw):
     return run
 
 
+def cmd_budget(args) -> int:
+    res = _request("budget", change=" ".join(args.change).replace(" ", ","))
+    print(res["text"])
+    return EXIT_OK
+
+
 def cmd_note(args) -> int:
     res = _request("note", text=" ".join(args.text))
     print(f"note queued for the agent's next turn ({res['pending']} pending)")
@@ -222,7 +216,10 @@ def register(sub) -> None:
     s.add_argument("--agent", default="builtin", help="builtin, or a configured command agent (NAME[,NAME...])")
     s.add_argument("--budget", help="e.g. 6h, 90m, 50attempts, or 2h,50attempts (default: the task's)")
     s.add_argument("--detach", action="store_true", help="start and return; the run goes on")
-    s.add_argument("--resume", metavar="RUN", help="resume this run instead of starting one")
+    s.add_argument("--resume", metavar="RUN", help="resume this run instead of starting one (a crashed run of "
+                                                   "the task is resumed anyway; it keeps its budget)")
+    s.add_argument("--idle-stop", metavar="TIME", help="once the run has finished, the engine exits after this long "
+                                                       "with no client attached (default 24h; `never`)")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("attach", help="attach to the live run of this repo")
@@ -237,6 +234,11 @@ def register(sub) -> None:
                        ("stop", "stop the run (the engine exits)")):
         s = sub.add_parser(verb, help=what)
         s.set_defaults(func=_simple(verb))
+
+    s = sub.add_parser("budget", help="show the run's budget, or give the live or finished run more: +2h, "
+                                      "+20attempts (8h sets it)")
+    s.add_argument("change", nargs="*", help="+2h, +20attempts, 8h, 50attempts; several: +1h +10attempts")
+    s.set_defaults(func=cmd_budget)
 
     s = sub.add_parser("note", help="leave the agent a note (it reads it on its next turn)")
     s.add_argument("text", nargs="+")

@@ -34,18 +34,10 @@ import tomli_w
 
 from .frontier import Frontier
 from .gitrepo import archive_ref, scratch_branch
+from .paths import ARCHIVE_ENV, archive_root  # noqa: F401  (archive_root is part of this module's API)
 from .store import IN_FLIGHT, Attempt, FrontierError
 
-ARCHIVE_ENV = "KDATUI_ARCHIVE_DIR"
 KEEP_EVENTS_S = 3600.0  # the live log keeps the last hour; older history moves out
-
-
-def archive_root() -> Path:
-    env = os.environ.get(ARCHIVE_ENV)
-    if env:
-        return Path(env).expanduser()
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / "kdatui" / "archive"
 
 
 def run_archive_dir(fr: Frontier, run_id: str) -> Path:

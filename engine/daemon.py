@@ -3,11 +3,16 @@ event bus and the control socket `.frontier/control.sock` (mode 0600) that the T
 CLI verbs talk to (protocol in engine/protocol.py).
 
     python -m kdatui.engine.daemon --repo . --task tasks/kda_fwd_cpu.toml --run-id R [--agent builtin]
-                                   [--budget 6h|50attempts] [--resume RUN]
+                                   [--budget 6h|50attempts] [--resume RUN] [--idle-stop 24h|never]
 
 `kdatui run TASK --detach` starts it in a new session (it survives the terminal closing)
 with its output in .frontier/runs/<run>/engine.log. Killing it (even -9) loses nothing:
-the store is transactional and `kdatui run` on the same task resumes the run.
+the store is transactional and `kdatui run` on the same task resumes the run, with the
+attempts it made and the time it ran counted against its budget.
+
+A finished run's engine stays up for the operator (generalize, recheck, archive, more
+budget) until `kdatui stop`, or until no client has been attached for `--idle-stop`
+(default 24 h: long enough to come back the next morning; `never` to wait for `stop`).
 """
 
 from __future__ import annotations
@@ -25,13 +30,32 @@ from pathlib import Path
 
 from .events import EventBus
 from .gitrepo import candidate_dir
-from .loop import Budget, RunControl, RunLoop, cell_of
+from .loop import Budget, RunControl, RunLoop, _spent, cell_of
 from .protocol import AGENT_COMMANDS, COMMANDS, agent_socket_path, encode, socket_path
 from .store import FrontierError
 from .task import TaskError, load_task
 
 LOCK_NAME = "engine.lock"
-LINGER_S = 60.0  # after the run ends, stay up this long without clients (for the TUI/operator)
+IDLE_STOP_S = 24 * 3600.0  # a finished run's engine exits after this long with no client attached
+
+
+def parse_idle_stop(text: str | None) -> float:
+    """`24h`, `90m`, `600s`; `never` or `0`: 0 (no idle limit). None: the default."""
+    if text is None:
+        return IDLE_STOP_S
+    t = text.strip().lower()
+    if t in ("never", "0", "off", "none"):
+        return 0.0
+    b = Budget.parse(t)
+    if b.attempts or not b.hours:
+        raise ValueError(f"--idle-stop {text!r}: expected a time like 24h, 90m or 600s, or `never`")
+    return b.hours * 3600
+
+
+def idle_note(idle_stop_s: float) -> str:
+    if not idle_stop_s:
+        return "until `kdatui stop`"
+    return f"until `kdatui stop`, or until no client has been attached for {Budget(idle_stop_s / 3600).text()}"
 
 
 class EngineBusy(Exception):
@@ -62,7 +86,8 @@ def read_lock(frontier_dir: Path) -> dict | None:
 
 class Engine:
     def __init__(self, repo: str | Path, task_path: str | Path, *, agent: str = "builtin", budget: str | None = None,
-                 run_id: str | None = None, resume: str | None = None, seed: int = 0):
+                 run_id: str | None = None, resume: str | None = None, seed: int = 0,
+                 idle_stop_s: float = IDLE_STOP_S):
         from .frontier import Frontier
         from .gitrepo import GitRepo, ensure_frontier_dir
 
@@ -75,9 +100,14 @@ class Engine:
         self.task = load_task(task_path)
         self.agent_spec = agent
         self.budget = Budget.parse(budget, self.task)
+        self.idle_stop_s = idle_stop_s
         self.control = RunControl()
         self.stop_event = threading.Event()
+        self.resumed = False
         run = self._start_or_resume(run_id, resume)
+        if self.resumed and budget is None and run.budget_hours is not None:
+            # the budget it was started with, not the task's default; an explicit --budget replaces it
+            self.budget = Budget(run.budget_hours or 0.0, run.budget_attempts or 0)
         self._write_lock(run.id)
         self.bus = EventBus(self.fr.store, run=lambda: self.loop.run_id if hasattr(self, "loop") else run.id)
         from .agents import make_agent
@@ -90,7 +120,7 @@ class Engine:
         # a coding agent's turn reaches the run's judge through the agent socket (evaluate and status only)
         self.loop = RunLoop(self.fr, self.evaluator, self.agent, self.bus, self.task, run.id, self.budget,
                             self.control, engine_socket=self.agent_sock_path, seed=seed,
-                            on_new_run=self._on_new_run)
+                            on_new_run=self._on_new_run, idle_note=idle_note(idle_stop_s))
         self.started = time.time()
         self.server = ControlServer(self, self.sock_path)
         self.agent_server = ControlServer(self, self.agent_sock_path, allowed=AGENT_COMMANDS)
@@ -118,11 +148,10 @@ class Engine:
         f.flush()
 
     def _start_or_resume(self, run_id: str | None, resume: str | None):
+        resume = resume or self.crashed_run(self.fr, self.task.name)
         if resume:
+            self.resumed = True
             return self.fr.resume_run(resume)
-        crashed = self.crashed_run(self.fr, self.task.name)
-        if crashed:
-            return self.fr.resume_run(crashed)
         return self.fr.start_run(self.task, agent=self.agent_spec, run_id=run_id)
 
     @staticmethod
@@ -158,13 +187,16 @@ class Engine:
                 break
             if self.control.state == "stopping" and runner.is_alive():
                 self.agent.close()  # a CLI turn in flight ends now; an evaluation is let finish
-            if self.control.state == "finished":
+            if self.control.state == "finished" and self.idle_stop_s:
                 if self.bus.clients == 0:
                     idle_since = idle_since or time.time()
-                    if time.time() - idle_since > LINGER_S:
-                        self.control.stop("run finished; no client attached")
+                    if time.time() - idle_since > self.idle_stop_s:
+                        self.control.stop(f"run finished; no client attached for {Budget(self.idle_stop_s / 3600).text()}")
                 else:
                     idle_since = None
+            else:
+                idle_since = None
+            self.loop.checkpoint()  # the time spent reaches the store during a long evaluation too
             self.stop_event.wait(0.2)
         self.shutdown()
         return 0
@@ -214,14 +246,16 @@ class Engine:
         return {
             "run": loop.run_id, "task": loop.task.name, "task_path": str(loop.task.path or ""),
             "state": self.control.state, "why": self.control.why, "phase": loop.phase,
-            "agent": self.agent_spec, "started": loop.started, "elapsed_s": time.time() - loop.started,
-            "budget": loop.budget.describe(),
-            "attempts": {"total": len(atts), "evaluated": sum(a.verdict is not None for a in atts),
+            "agent": self.agent_spec, "started": loop.started, "elapsed_s": loop.clock.elapsed(),
+            "budget": loop.budget.describe(), "idle_stop_s": self.idle_stop_s or None,
+            "attempts": {"total": len(atts),
+                         "evaluated": sum(a.verdict is not None and a.status != "evaluating" for a in atts),
                          "admitted": sum(a.status == "admitted" for a in atts)},
             "members": len(members), "best": best, "next_cleanup_s": cleanup_in,
             "device": self._device(), "current": loop.current, "pid": os.getpid(),
             "notes_pending": len(self.control.notes), "run_state": run.state if run else None,
             "sandbox": self.evaluator.sandbox.to_dict(),
+            "resumed": self.resumed,
         }
 
     def _device(self) -> str:
@@ -250,6 +284,16 @@ class Engine:
         self.control.stop("stopped by the operator")
         self.bus.emit("run-stopping", "stopping: by the operator")
         return {"state": self.control.state, "text": "stopping the run; the engine exits"}
+
+    def cmd_budget(self, change: str = "") -> dict:
+        """More (or less) budget for the live or finished run: `+2h`, `+20attempts`, `8h`;
+        without a change, the budget and what is spent."""
+        loop = self.loop
+        if not str(change).strip():
+            made, spent = loop.attempts_done, loop.clock.elapsed()
+            return {"budget": loop.budget.describe(), "text": f"budget {loop.budget.text()}: {made} attempts made, "
+                                                               f"{_spent(spent)} spent"}
+        return loop.change_budget(str(change))
 
     def cmd_note(self, text: str = "") -> dict:
         text = text.strip()
@@ -281,7 +325,10 @@ class Engine:
         return {**res, "text": f"archived: {lines[0]}" + (f" (+{len(lines) - 1} more)" if len(lines) > 1 else "")
                 if lines else "archive: nothing to archive"}
 
-    def cmd_generalize(self, shapes: list[str], task_out: str | None = None, **kw) -> dict:
+    def cmd_generalize(self, shapes: list[str], task_out: str | None = None, continue_search: bool = True,
+                       dry_run: bool = False, **kw) -> dict:
+        """Validate first (member, shapes), then do it between attempts. `dry_run`: only
+        check and say what it would do (the CLI and the TUI show that before waiting)."""
         source = kw.get("from") or kw.get("source")
         if not source:
             best = self.cmd_status()["best"]
@@ -289,11 +336,18 @@ class Engine:
                 raise ValueError("generalize: no member to generalize from (name one with 'from')")
             source = best["name"]
         self.fr.find(source, self.loop.task.name)  # a clear error now, not after the queue
-        from .generalize import parse_extra_shapes
+        from .generalize import parse_extra_shapes, plan_text, task_file_note
 
-        parse_extra_shapes(self.loop.task, list(shapes))  # bad shapes: an error before any work
-        res = self._job("generalize", source=source, shapes=list(shapes), task_out=task_out)
-        return {**res, "text": f"generalized {source} to {res['task']}; the search continues there"}
+        extra = parse_extra_shapes(self.loop.task, list(shapes))  # bad shapes: an error before any work
+        plan = plan_text(self.loop.task, source, extra, task_out, bool(continue_search))
+        if dry_run:
+            return {"plan": plan, "text": plan, "from": source, "shapes": list(extra)}
+        res = self._job("generalize", source=source, shapes=list(shapes), task_out=task_out,
+                        continue_search=bool(continue_search))
+        note = task_file_note(self.fr, res["task_file"])
+        then = (f"the search continues on {res['task']} (run {res['run']})" if res.get("continued")
+                else f"the search stays on {self.loop.task.name}; `kdatui run {res['task']}` searches the new task")
+        return {**res, "task_file_note": note, "text": f"generalized {source} to {res['task']}: {note}; {then}"}
 
     def cmd_recheck(self, name: str) -> dict:
         if name.startswith("attempt:"):
@@ -328,7 +382,16 @@ class Engine:
                              "verdict": att.verdict, "parent": att.parent, "idea": att.idea, "reason": att.reason,
                              "cells": {e.shape: cell_of(e) for e in self.fr.store.evaluations(att.id, task.name)}})
         return {"status": self.cmd_status(), "shapes": shapes, "members": members, "attempts": attempts,
-                "baseline": task.bench.baseline, "notes": list(self.control.notes)}
+                "baseline": task.bench.baseline, "notes": list(self.control.notes),
+                "curve": self.cmd_curve(last=400)}
+
+    def cmd_curve(self, last: int | None = None) -> dict:
+        """The search's curve on the primary shape (engine/curve.py): every attempt a point."""
+        from .curve import curve_of
+
+        c = curve_of(self.fr.store, self.loop.task.name, baseline=self.loop.task.bench.baseline)
+        c.device = c.device or self._device()
+        return c.to_dict(last=last)
 
     def cmd_candidate(self, name: str | None = None, attempt: int | None = None) -> dict:
         """What the TUI's candidate screen shows: idea, parent, checks, per-trial timings,
@@ -491,15 +554,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-id")
     ap.add_argument("--resume")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--idle-stop", help="after the run finishes, exit once no client has been attached this "
+                                        "long (default 24h; `never`: only `kdatui stop`)")
     args = ap.parse_args(argv)
     try:
         engine = Engine(args.repo, args.task, agent=args.agent, budget=args.budget, run_id=args.run_id,
-                        resume=args.resume, seed=args.seed)
+                        resume=args.resume, seed=args.seed, idle_stop_s=parse_idle_stop(args.idle_stop))
     except (EngineBusy, FrontierError, TaskError, ValueError) as e:
         print(f"kdatui engine: error: {e}", file=sys.stderr)
         return 2
     print(f"kdatui engine {os.getpid()}: run {engine.loop.run_id} on {engine.task.name}, "
-          f"socket {engine.sock_path}", flush=True)
+          f"socket {engine.sock_path}; budget {engine.budget.text()}"
+          + (f" ({engine.loop.attempts_done} attempts made, {engine.loop.clock.elapsed() / 60:.1f} min spent before)"
+             if engine.resumed else "")
+          + f"; when the run finishes the engine stays up {idle_note(engine.idle_stop_s)}", flush=True)
     return engine.serve()
 
 
@@ -507,4 +575,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["Engine", "EngineBusy", "ControlServer", "read_lock", "lock_path"]
+__all__ = ["Engine", "EngineBusy", "ControlServer", "read_lock", "lock_path", "IDLE_STOP_S", "parse_idle_stop"]

@@ -53,8 +53,9 @@ class ExecutorFault(Exception):
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kdatui"
+    from .paths import cache_dir
+
+    return cache_dir()
 
 
 def candidate_digest(files: dict[str, bytes]) -> str:

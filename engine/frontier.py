@@ -157,8 +157,13 @@ def decide(policy: Policy, cand: Contender, members: list[Contender]) -> Decisio
     if best is None:
         reasons.append(f"first on the frontier: {_x(cand.speed(p))} on {p}")
     elif cand.speed(p) > best.speed(p):
-        reasons.append(f"new best on the primary shape {p}: {_x(cand.speed(p))} (was {_x(best.speed(p))} "
-                       f"by {best.name})")
+        noise = max(cand.noise(p), best.noise(p))
+        if cand.speed(p) > best.speed(p) * (1.0 + noise):
+            reasons.append(f"new best on the primary shape {p}: {_x(cand.speed(p))} (was {_x(best.speed(p))} "
+                           f"by {best.name})")
+        else:  # kept as the fastest, but a difference inside the noise is not news
+            reasons.append(f"fastest on the primary shape {p} by less than the noise ({noise:.0%}): "
+                           f"{_x(cand.speed(p))} vs {_x(best.speed(p))} by {best.name}")
     if not family:
         reasons.append(f"first member of family {cand.family}")
     for m in family:
@@ -506,7 +511,8 @@ class Frontier:
     def start_evaluation(self, attempt_id: int) -> None:
         att = self.attempt(attempt_id)
         with self.store.transaction():
-            self.store.update_attempt(attempt_id, status="evaluating")
+            # verdict None: an attempt evaluated again after a restart is not "evaluated" until it is
+            self.store.update_attempt(attempt_id, status="evaluating", verdict=None)
             self.store.event(att.run, "attempt-evaluating", attempt=attempt_id)
 
     def record_evaluations(self, attempt_id: int, task, evaluations: list) -> Attempt:

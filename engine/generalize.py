@@ -68,6 +68,28 @@ def parse_extra_shapes(task: Task, specs: list[str]) -> dict[str, Shape]:
     return extra
 
 
+def plan_text(task: Task, member: str, extra: dict[str, Shape], path: Path | str | None, continue_search: bool) -> str:
+    """What `generalize` is about to do, in one line, before it waits on anything."""
+    where = f" into {path}" if path else ""
+    then = "then the search continues on the new task" if continue_search else "the search stays on " + task.name
+    return (f"generalize {task.name}/{member} to {len(task.shapes) + len(extra)} shapes (adds "
+            f"{', '.join(f'{n} [{s.label()}]' for n, s in extra.items())}): writes the task{where}, re-checks and "
+            f"times {member} on every shape, seeds the new frontier with it; {then}")
+
+
+def task_file_note(fr: Frontier, path: Path | str) -> str:
+    """Where the new task file is, and that git does not track it yet (nothing is left
+    behind silently): the sentence the CLI and the TUI show."""
+    path = Path(path)
+    try:
+        shown = path.resolve().relative_to(fr.repo.root.resolve())
+    except ValueError:
+        shown = path
+    if fr.repo.is_tracked(path):
+        return f"task file {shown}"
+    return f"task file {shown} (not tracked by git: `git add {shown}` to keep it with the repo)"
+
+
 def default_task_path(fr: Frontier, name: str) -> Path:
     return fr.repo.root / "tasks" / f"{name}.toml"
 
@@ -87,6 +109,7 @@ def generalize(fr: Frontier, task: Task, member: str, shape_specs: list[str], *,
     if fr.store.members(name, states=("member", "pruned", "admitting")):
         raise FrontierError(f"task {name} has a frontier already; pick another name (--task-out)")
     new = task.with_shapes(extra, name)
+    new.generalized_from = f"{task.name}/{m.name}"
     new.description = (f"{task.name} generalized from its member {m.name} to "
                        f"{', '.join(s.label() for s in extra.values())}. {task.description}").strip()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -266,6 +266,14 @@ class GitRepo:
             entries.append(StatusEntry(code, path))
         return entries
 
+    def is_tracked(self, path: str | Path) -> bool:
+        """Whether git tracks the file (it is in the index)."""
+        try:
+            rel = Path(path).resolve().relative_to(self.root.resolve())
+        except ValueError:
+            return False
+        return bool(self.git.ls_files("--", str(rel)).strip())
+
     def require_clean(self, why: str, cwd: Path | None = None, ignore_prefix: str | None = None) -> None:
         dirty = [e.path for e in self.status(cwd)
                  if not e.path.startswith(f"{FRONTIER_DIR}/")

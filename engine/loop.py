@@ -25,9 +25,25 @@ from .store import FrontierError
 from .task import Task, load_task
 
 FAILED_TURNS_PAUSE = 3  # failed agent turns in a row that pause the run
+CHECKPOINT_S = 10.0  # how often the time spent is written to the store (a kill -9 loses at most this)
 
 
 # --------------------------------------------------------------------------- budget
+
+_AMOUNT = re.compile(r"(\+)?(\d+(?:\.\d+)?)\s*(h|hours?|m|min|minutes?|s|sec|seconds?|a|attempts?)")
+
+
+def _amount(text: str, part: str) -> tuple[bool, str, float]:
+    """`+2h` -> (True, "hours", 2.0); `50attempts` -> (False, "attempts", 50.0)."""
+    m = _AMOUNT.fullmatch(part)
+    if not m:
+        raise ValueError(f"budget {text!r}: {part!r} is not like 6h, 90m, 30s or 50attempts"
+                         f" (+2h or +20attempts to add)")
+    plus, n, unit = bool(m.group(1)), float(m.group(2)), m.group(3)
+    if unit.startswith("a"):
+        return plus, "attempts", n
+    return plus, "hours", n / {"h": 1, "m": 60, "s": 3600}[unit[0]]
+
 
 @dataclass
 class Budget:
@@ -42,26 +58,75 @@ class Budget:
             return cls(task.search.budget_hours if task else 0.0, task.search.budget_attempts if task else 0)
         b = cls()
         for part in filter(None, (p.strip() for p in text.replace("+", ",").split(","))):
-            m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(h|hours?|m|min|minutes?|s|sec|seconds?|a|attempts?)", part)
-            if not m:
-                raise ValueError(f"budget {text!r}: {part!r} is not like 6h, 90m, 30s or 50attempts")
-            n, unit = float(m.group(1)), m.group(2)
-            if unit.startswith("a"):
+            _plus, what, n = _amount(text, part)
+            if what == "attempts":
                 b.attempts = int(n)
             else:
-                b.hours = n / {"h": 1, "m": 60, "s": 3600}[unit[0]]
+                b.hours = n
         return b
 
-    def spent(self, started: float, attempts: int, now: float | None = None) -> str | None:
-        now = time.time() if now is None else now
+    def changed(self, text: str, elapsed_s: float, attempts: int) -> "Budget":
+        """The budget after an operator's change: `+2h` / `+20attempts` add to the limit
+        (to what is spent so far when that side had no limit), `8h` / `50attempts` set it;
+        several parts separated by commas."""
+        b = Budget(self.hours, self.attempts)
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        if not parts:
+            raise ValueError("budget: say how much, e.g. +2h, +20attempts or 8h")
+        for part in parts:
+            plus, what, n = _amount(text, part)
+            if what == "attempts":
+                b.attempts = int((b.attempts or attempts) + n) if plus else int(n)
+            else:
+                b.hours = ((b.hours or elapsed_s / 3600) + n) if plus else n
+        return b
+
+    def spent(self, elapsed_s: float, attempts: int) -> str | None:
+        """Why the budget is spent (attempts made, time the run has been running), or None."""
         if self.attempts and attempts >= self.attempts:
             return f"budget spent: {attempts} attempts"
-        if self.hours and now - started >= self.hours * 3600:
+        if self.hours and elapsed_s >= self.hours * 3600:
             return f"budget spent: {self.hours:g} h"
         return None
 
     def describe(self) -> dict:
         return {"hours": self.hours or None, "attempts": self.attempts or None}
+
+    def text(self) -> str:
+        h = self.hours
+        time_part = "" if not h else f"{h:g} h" if h >= 1 else f"{h * 60:.3g} min"
+        parts = [time_part, f"{self.attempts} attempts" if self.attempts else ""]
+        return ", ".join(p for p in parts if p) or "no limit"
+
+
+def _spent(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+
+
+class RunClock:
+    """The time a run has spent running: carried over restarts (the store keeps what was
+    spent before), stopped while the run is paused or finished."""
+
+    def __init__(self, spent_s: float = 0.0, now: Callable[[], float] = time.time):
+        self._now = now
+        self._before = float(spent_s or 0.0)
+        self._since: float | None = None
+
+    def start(self) -> None:
+        if self._since is None:
+            self._since = self._now()
+
+    def halt(self) -> None:
+        if self._since is not None:
+            self._before += self._now() - self._since
+            self._since = None
+
+    @property
+    def running(self) -> bool:
+        return self._since is not None
+
+    def elapsed(self) -> float:
+        return self._before + (self._now() - self._since if self._since is not None else 0.0)
 
 
 # --------------------------------------------------------------------------- control
@@ -127,7 +192,8 @@ class RunControl:
 class RunLoop:
     def __init__(self, fr, evaluator, agent: Agent, bus: EventBus, task: Task, run_id: str, budget: Budget,
                  control: RunControl, *, evaluator_lock: threading.Lock | None = None,
-                 engine_socket: Path | None = None, seed: int = 0, on_new_run: Callable | None = None):
+                 engine_socket: Path | None = None, seed: int = 0, on_new_run: Callable | None = None,
+                 idle_note: str = "until `kdatui stop`"):
         self.fr = fr
         self.evaluator = evaluator
         self.agent = agent
@@ -140,8 +206,15 @@ class RunLoop:
         self.engine_socket = engine_socket
         self.rng = random.Random(seed)
         self.on_new_run = on_new_run or (lambda loop: None)
-        self.started = time.time()
-        self.attempts_done = 0
+        self.idle_note = idle_note
+        self.started = time.time()  # when this process took the run
+        # A resumed run keeps its budget: the attempts it made (the one a crash interrupted
+        # counts once: it is evaluated again, not proposed again) and the time it ran.
+        run = fr.store.run(run_id)
+        self.clock = RunClock(getattr(run, "spent_s", 0.0) if run else 0.0)
+        self.attempts_done = len(fr.store.attempts(run=run_id))
+        self._checkpointed = 0.0
+        self.save_budget()
         self.failed_turns = 0
         self.errors_in_row = 0
         self.current: dict | None = None
@@ -152,31 +225,82 @@ class RunLoop:
 
     def run(self) -> None:
         try:
+            self._sync_clock()  # the re-evaluation of an interrupted attempt is time spent too
             self._resume_interrupted()
             while True:
                 self._do_jobs()
+                self._sync_clock()
                 if self.control.stopping:
                     break
                 if self.control.state in ("paused", "finished"):
                     self.control.wait(0.5)
                     continue
-                spent = self.budget.spent(self.started, self.attempts_done)
+                spent = self.budget.spent(self.clock.elapsed(), self.attempts_done)
                 if spent:
                     self._finish(spent)
                     continue
                 self._maybe_cleanup()
                 self.step()
+                self.checkpoint(force=True)  # each attempt's time is on disk before the next starts
         except Exception as e:  # never die silently: say why in the log and the state
             self.bus.emit("error", f"engine error: {type(e).__name__}: {e}", trace=traceback.format_exc())
             self.control.set("stopping", f"engine error: {type(e).__name__}: {e}")
         finally:
+            self.clock.halt()
+            self.checkpoint(force=True)
             self.agent.close()
 
+    def _sync_clock(self) -> None:
+        """The clock runs while the run does; paused and finished time is not spent."""
+        if self.control.state == "running":
+            self.clock.start()
+        else:
+            self.clock.halt()
+        self.checkpoint()
+
+    def checkpoint(self, force: bool = False) -> None:
+        """Write the time spent to the store, at most every CHECKPOINT_S (any thread)."""
+        now = time.time()
+        if not force and now - self._checkpointed < CHECKPOINT_S:
+            return
+        self._checkpointed = now
+        try:
+            self.fr.store.update_run(self.run_id, spent_s=self.clock.elapsed())
+        except FrontierError:
+            pass
+
+    def save_budget(self) -> None:
+        self.fr.store.update_run(self.run_id, budget_hours=self.budget.hours, budget_attempts=self.budget.attempts)
+
     def _finish(self, why: str) -> None:
+        self.clock.halt()
         self.control.set("finished", why)
         self.fr.set_run_state(self.run_id, "stopped", reason=why)
+        self.checkpoint(force=True)
         self.bus.emit("budget", f"run finished: {why}; the engine stays up for the operator "
-                                f"(generalize, recheck, archive) until `kdatui stop`")
+                                f"(generalize, recheck, archive, `kdatui budget +2h`) {self.idle_note}")
+
+    def change_budget(self, change: str) -> dict:
+        """The operator gives the run more (or less) budget, live or finished: `+2h`,
+        `+20attempts`, `8h`. A finished run whose budget is no longer spent runs again."""
+        elapsed = self.clock.elapsed()
+        new = self.budget.changed(change, elapsed, self.attempts_done)
+        old, self.budget = self.budget, new
+        self.save_budget()
+        spent = new.spent(elapsed, self.attempts_done)
+        resumed = False
+        with self.control.cond:
+            if self.control.state == "finished" and self.control.why.startswith("budget spent") and not spent:
+                self.control.state, self.control.why = "running", ""
+                resumed = True
+            self.control.cond.notify_all()
+        if resumed:
+            self.fr.set_run_state(self.run_id, "running", reason=f"budget now {new.text()}")
+        made = f"{self.attempts_done} attempts made, {_spent(elapsed)} spent"
+        text = (f"budget {old.text()} -> {new.text()} ({made})"
+                + ("; the run goes on" if resumed else f"; still {spent}" if spent else ""))
+        self.bus.emit("budget-changed", text, budget=new.describe(), resumed=resumed)
+        return {"budget": new.describe(), "resumed": resumed, "spent": spent, "text": text}
 
     def _maybe_cleanup(self) -> None:
         from . import archive
@@ -385,30 +509,43 @@ class RunLoop:
             name=name, cells=cells)
         return {"name": name, "cells": cells}
 
-    def job_generalize(self, source: str, shapes: list[str], task_out: str | None = None) -> dict:
+    def job_generalize(self, source: str, shapes: list[str], task_out: str | None = None,
+                       continue_search: bool = True) -> dict:
         """Write the generalized task, seed its frontier with `source` (re-checked on every
-        shape), then continue the search on the new task in a new run."""
+        shape), then (`continue_search`) continue the search on the new task in a new run."""
         from .generalize import generalize
 
         self.current = {"attempt": None, "stage": "generalize", "detail": f"{source} -> {', '.join(shapes)}"}
-        with self.eval_lock:
-            g = generalize(self.fr, self.task, source, shapes, evaluator=self.evaluator, task_out=task_out,
-                           progress=self._progress(None))
-        self.current = None
+        try:
+            with self.eval_lock:
+                g = generalize(self.fr, self.task, source, shapes, evaluator=self.evaluator, task_out=task_out,
+                               progress=self._progress(None))
+        finally:
+            self.current = None
+        result = {"task": g.task.name, "task_file": str(g.task_path), "member": source, "failures": g.failures,
+                  "continued": bool(continue_search), "run": None}
+        if not continue_search:
+            self.bus.emit("generalized", f"generalized {source} to {g.task.name} ({len(g.task.shapes)} shapes); "
+                                         f"the search stays on {self.task.name}", task=g.task.name,
+                          task_file=str(g.task_path), source=source, failures=g.failures, continued=False)
+            return result
         old = self.run_id
         self.fr.set_run_state(old, "stopped", reason=f"generalized to {g.task.name}")
         task = load_task(g.task_path)
         run = self.fr.start_run(task, agent=getattr(self.agent, "name", "agent"), allow_dirty=True)
+        self.clock.halt()
+        self.checkpoint(force=True)
         self.task, self.run_id, self.phase = task, run.id, _phase(task)
         self.started, self.attempts_done, self.failed_turns = time.time(), 0, 0
+        self.clock, self._checkpointed = RunClock(), 0.0
+        self.save_budget()
         if self.control.state == "finished":
             self.control.set("running")
         self.on_new_run(self)
         self.bus.emit("generalized", f"generalized {source} to {task.name} ({len(task.shapes)} shapes); "
                                      f"new run {run.id}", task=task.name, task_file=str(g.task_path),
-                      run=run.id, source=source, failures=g.failures)
-        return {"task": task.name, "task_file": str(g.task_path), "run": run.id, "member": source,
-                "failures": g.failures}
+                      run=run.id, source=source, failures=g.failures, continued=True)
+        return {**result, "run": run.id}
 
     def job_evaluate(self, candidate: str, shapes: list[str] | None = None) -> list[dict]:
         with self.eval_lock:
@@ -419,8 +556,12 @@ class RunLoop:
 # --------------------------------------------------------------------------- helpers
 
 def _phase(task: Task) -> str:
-    """Optimizing one representative shape, or generalized to several."""
-    return "one shape" if len(task.shapes) == 1 else f"generalized ({len(task.shapes)} shapes)"
+    """Optimizing the task's shapes, or (a task that `generalize` wrote) carrying a member
+    to more shapes. A task with several shapes of its own is not "generalized"."""
+    n = len(task.shapes)
+    if task.generalized_from:
+        return f"generalized ({n} shapes)"
+    return "one shape" if n == 1 else f"{n} shapes"
 
 
 def _config_of_text(src: str | None) -> dict | None:
@@ -469,4 +610,4 @@ def _evaluated_text(att, evaluations, task: Task) -> str:
     return f"#{att.id} {att.name} [{att.verdict or att.status}] " + "; ".join(parts)
 
 
-__all__ = ["Budget", "RunControl", "RunLoop", "cell_of"]
+__all__ = ["Budget", "RunClock", "RunControl", "RunLoop", "cell_of"]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from .paths import config_dir
 from .task import Contract, Shape
 
 HOLDOUT_DISTRIBUTIONS = ("normal", "uniform", "rademacher", "laplace")
@@ -88,14 +89,6 @@ def _seed(*parts) -> int:
 
 
 # --------------------------------------------------------------------------- holdout salt
-
-def config_dir() -> Path:
-    env = os.environ.get("KDATUI_CONFIG_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "kdatui"
-
 
 def holdout_salt() -> bytes:
     """The secret behind the holdout probes: created on first use, mode 0600, in the

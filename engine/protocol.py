@@ -8,10 +8,14 @@ Requests (client -> engine), one JSON object per line:
     {"cmd": "note", "text": "try BV=32 on split"}
     {"cmd": "prune", "name": "split-bv32-c16"}                  {"cmd": "restore", "name": ...}
     {"cmd": "archive"}
-    {"cmd": "generalize", "from": "split-bv64-c16", "shapes": ["b1_t4096_h64", "B=2,T=2048,H=32"]}
+    {"cmd": "budget", "change": "+2h"}   more budget for the live or finished run ("+20attempts",
+                                         "8h" sets it; no change: the budget and what is spent)
+    {"cmd": "generalize", "from": "split-bv64-c16", "shapes": ["b1_t4096_h64", "B=2,T=2048,H=32"],
+     "continue_search": true, "dry_run": false}   dry_run: validate and say what it would do
     {"cmd": "recheck", "name": "split-bv64-c16"}                 (a member, or "attempt:<id>")
     {"cmd": "evaluate", "candidate": "/path", "shapes": [...], "timing": true}
     {"cmd": "snapshot"}                  everything a view needs at once (see below)
+    {"cmd": "curve", "last": 400}        the search's curve (engine/curve.py Curve.to_dict)
     {"cmd": "candidate", "name": "split-bv64-c16"} or {"cmd": "candidate", "attempt": 12}
     {"cmd": "subscribe", "backlog": 500} then stream events
 
@@ -26,17 +30,23 @@ one-line `text` saying what was done. After `subscribe`
 the engine also sends {"event": {...}} lines, first the backlog, then live events, until
 the client disconnects. An event is {"seq", "ts", "run", "kind", ...data}.
 
-`status` result: {"run", "task", "task_path", "state" (running/paused/stopping/stopped),
-"why" (reason of the state), "phase" ("one shape" or "generalized"), "agent", "started",
-"elapsed_s", "budget": {"hours", "attempts"}, "attempts": {"total", "evaluated", "admitted"},
+`status` result: {"run", "task", "task_path", "state" (running/paused/finished/stopping/stopped),
+"why" (reason of the state), "phase" ("one shape", "N shapes", or "generalized (N shapes)" for a
+task `generalize` wrote), "agent", "started",
+"elapsed_s" (time the run has been running, carried over restarts; paused and finished
+time excluded), "budget": {"hours", "attempts"}, "idle_stop_s" (a finished run's engine exits
+after this long with no client; null: never), "attempts": {"total", "evaluated", "admitted"},
 "members": n, "best": {"name", "speedup", "shape"} | null, "next_cleanup_s", "device",
-"current": {"attempt", "stage", "detail"} | null, "pid"}.
+"current": {"attempt", "stage", "detail"} | null, "pid", "resumed" (this engine took over a run
+that had been interrupted)}.
 
 `snapshot` result: {"status": ..., "shapes": [{"name", "dims", "primary"}],
 "members": [{"name", "family", "branch", "sha", "best", "why", "idea", "attempt",
 "cells": {shape: cell}}], "attempts": [{"id", "family", "name", "status", "verdict",
 "parent", "idea", "reason", "cells": {shape: cell}}] (the last 50), "baseline": name,
-"notes": [...]} where a cell is {"verdict", "speedup", "ms", "baseline_ms", "noise"}.
+"notes": [...], "curve": {"task", "shape", "baseline", "device", "points": [{"attempt", "t", "ts",
+"name", "family", "kind" (passed/failed/error/raced), "speedup", "noise", "best"}] (the last 400),
+"best": [[t, speedup], ...]}} where a cell is {"verdict", "speedup", "ms", "baseline_ms", "noise"}.
 
 `candidate` result: {"name", "attempt", "family", "parent" ("base" or a branch), "status",
 "branch", "sha", "why" (members), "idea" (IDEA.md), "checks": [CheckReport dict per shape],
@@ -50,7 +60,7 @@ Event kinds (the `kind` field) the engine emits; each carries a human `text` fie
   eval-progress (attempt, shape, stage, i, n, label: step i of n of this shape's evaluation;
                  also phase/step/steps within the stage)
   admitted rejected pruned restored archived generalized rechecked
-  note cleanup budget error
+  note cleanup budget (the run finished) budget-changed error
 """
 
 from __future__ import annotations
@@ -65,8 +75,8 @@ from typing import Iterator
 SOCKET_NAME = "control.sock"
 AGENT_SOCKET_NAME = "agent.sock"
 AGENT_COMMANDS = ("evaluate", "status")
-COMMANDS = ("status", "pause", "resume", "stop", "note", "prune", "restore", "archive", "generalize",
-            "recheck", "evaluate", "snapshot", "subscribe", "candidate")
+COMMANDS = ("status", "pause", "resume", "stop", "note", "budget", "prune", "restore", "archive", "generalize",
+            "recheck", "evaluate", "snapshot", "subscribe", "candidate", "curve")
 MAX_LINE = 16 << 20
 
 

@@ -119,14 +119,11 @@ def detect() -> SandboxInfo:
 # --------------------------------------------------------------------------- what to hide
 
 def hidden_dirs(repos: list[Path] | None = None) -> list[Path]:
-    """Directories untrusted code must not see: kdatui's config and data dirs, and each
-    repo's `.frontier/` (store, control socket, worktrees)."""
-    from .probes import config_dir
+    """Directories untrusted code must not see: kdatui's config, data (archive) and cache
+    dirs, and each repo's `.frontier/` (store, control sockets, worktrees)."""
+    from .paths import archive_root, cache_dir, config_dir, data_dir
 
-    data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "kdatui"
-    out = [config_dir(), data]
-    if os.environ.get("KDATUI_ARCHIVE_DIR"):
-        out.append(Path(os.environ["KDATUI_ARCHIVE_DIR"]))
+    out = [config_dir(), data_dir(), archive_root(), cache_dir()]
     for r in repos or []:
         out.append(Path(r) / ".frontier")
     return [p.resolve() for p in out]

@@ -131,6 +131,11 @@ MIGRATIONS: list[list[str]] = [
             json TEXT NOT NULL)""",
         "CREATE INDEX events_run ON events(run, ts)",
     ],
+    [  # 2: a run keeps its budget and the time it has run across restarts
+        "ALTER TABLE runs ADD COLUMN spent_s REAL NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN budget_hours REAL",
+        "ALTER TABLE runs ADD COLUMN budget_attempts INTEGER",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -150,6 +155,9 @@ class Run:
     last_cleanup: float | None
     created: float
     updated: float
+    spent_s: float = 0.0  # seconds the run has been running (paused and finished time excluded)
+    budget_hours: float | None = None  # the run's budget (0: no limit), None before it was recorded
+    budget_attempts: int | None = None
 
 
 @dataclass

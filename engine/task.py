@@ -102,6 +102,7 @@ class Task:
     primary_shape: str
     op: str = "kda_forward"
     description: str = ""
+    generalized_from: str = ""  # "<task>/<member>" when `generalize` wrote this task
     contract: Contract = field(default_factory=Contract)
     bench: Bench = field(default_factory=Bench)
     search: Search = field(default_factory=Search)
@@ -125,6 +126,8 @@ class Task:
         d: dict[str, Any] = {"name": self.name, "op": self.op}
         if self.description:
             d["description"] = self.description
+        if self.generalized_from:
+            d["generalized_from"] = self.generalized_from
         d["primary_shape"] = self.primary_shape
         d["shapes"] = {n: s.dims() for n, s in self.shapes.items()}
         for section in ("contract", "bench", "search"):
@@ -225,13 +228,15 @@ def parse_shape(where: str, name: str, dims: Any) -> Shape:
 
 
 def _task_from_dict(data: dict, where: str) -> Task:
-    _check_keys(where, "", data, ("name", "op", "description", "primary_shape", "shapes",
+    _check_keys(where, "", data, ("name", "op", "description", "generalized_from", "primary_shape", "shapes",
                                   "contract", "bench", "search"))
     name = _get(where, data, "name", "", str, check=lambda v: bool(_NAME.match(v)),
                 expected="a name of letters, digits, '_', '-', '.'")
     op = _get(where, data, "op", "", str, default="kda_forward", check=lambda v: v in OPS,
               expected=f"one of {', '.join(OPS)}")
     description = _get(where, data, "description", "", str, default="")
+    generalized_from = _get(where, data, "generalized_from", "", str, default="",
+                            expected="the task/member it was generalized from")
     raw_shapes = _get(where, data, "shapes", "", dict, expected="a table of named shapes")
     if not raw_shapes:
         raise TaskError(f"{where}: shapes: expected at least one shape")
@@ -270,7 +275,7 @@ def _task_from_dict(data: dict, where: str) -> Task:
         "seeds": (list, lambda v: all(isinstance(s, str) and s for s in v),
                   "a list of family names or candidate paths"),
     })
-    return Task(name=name, op=op, description=description, shapes=shapes, primary_shape=primary,
+    return Task(name=name, op=op, description=description, generalized_from=generalized_from, shapes=shapes, primary_shape=primary,
                 contract=contract, bench=bench, search=search)
 
 
@@ -301,12 +306,16 @@ def parse_shape_spec(spec: str) -> Shape:
     if ":" in s:
         name, s = s.split(":", 1)
     dims: dict[str, int] = {"K": 128, "V": 128}
+    given: set[str] = set()
     for part in filter(None, s.split(",")):
         if "=" not in part:
             raise TaskError(f"shape spec {spec!r}: {part!r} is not KEY=VALUE (keys B, T, H, K, V)")
         k, v = (x.strip() for x in part.split("=", 1))
         if k not in SHAPE_KEYS:
             raise TaskError(f"shape spec {spec!r}: unknown dimension {k!r}; expected B, T, H, K, V")
+        if k in given:
+            raise TaskError(f"shape spec {spec!r}: {k} is given twice; give each of B, T, H, K, V once")
+        given.add(k)
         try:
             dims[k] = int(v)
         except ValueError:

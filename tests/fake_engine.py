@@ -116,7 +116,80 @@ def demo_state() -> dict:
     }
     events = demo_events()
     return {"status": status, "shapes": copy.deepcopy(SHAPES), "members": members, "attempts": attempts,
-            "baseline": "fla", "notes": [], "pruned": {}, "events": events}
+            "baseline": "fla", "notes": [], "pruned": {}, "events": events,
+            "curve": demo_curve(attempts, SHAPES)}
+
+
+def demo_curve(attempts: list[dict], shapes: list[dict], device: str = "NVIDIA H200") -> dict:
+    """The `curve` of a state's attempts, as the engine builds it (engine/curve.py): one
+    point per evaluated attempt, ten minutes apart."""
+    primary = next(s["name"] for s in shapes if s.get("primary"))
+    points, best = [], None
+    for i, a in enumerate(x for x in attempts if x.get("verdict")):
+        c = (a.get("cells") or {}).get(primary) or {}
+        sp = c.get("speedup") if c.get("verdict") == "PASS" else None
+        kind = {"passed": "passed", "failed": "failed", "error": "error"}.get(a["verdict"], "failed")
+        raised = kind == "passed" and sp is not None and (best is None or sp > best)
+        best = sp if raised else best
+        points.append({"attempt": a["id"], "t": 600.0 * (i + 1), "ts": T0 + 600.0 * (i + 1), "name": a["name"],
+                       "family": a["family"], "kind": kind, "speedup": sp, "noise": c.get("noise"), "best": raised})
+    return {"task": "kda_fwd_demo", "shape": primary, "baseline": "fla", "device": device, "points": points,
+            "best": [[p["t"], p["speedup"]] for p in points if p["best"]]}
+
+
+def reshaped_state(shapes: list[dict], *, device: str, base_ms: dict[str, float] | None = None,
+                   baseline: str = "fla") -> dict:
+    """demo_state() on other shapes (the first is the primary): each member and attempt
+    keeps its speedups, spread over the new shapes in turn."""
+    st = demo_state()
+    old = [s["name"] for s in SHAPES]
+    names = [s["name"] for s in shapes]
+    base = base_ms or {n: 1.0 + i for i, n in enumerate(names)}
+
+    def remap(cs: dict, k: int) -> dict:
+        out = {}
+        for i, n in enumerate(names):
+            c = cs.get(old[i % len(old)])
+            if c is None:
+                continue
+            c = dict(c)
+            c["baseline_ms"] = base[n] * (1.0 + 0.07 * ((i + k) % 3))  # each timed against its own baseline run
+            if c.get("speedup"):
+                c["ms"] = round(c["baseline_ms"] / c["speedup"], 4)
+            out[n] = c
+        return out
+
+    for k, row in enumerate([*st["members"], *st["attempts"]]):
+        row["cells"] = remap(row["cells"], k)
+    st["shapes"] = copy.deepcopy(shapes)
+    st["baseline"] = baseline
+    st["status"].update(device=device, phase=f"{len(shapes)} shapes")
+    st["status"]["best"]["shape"] = names[0]
+    st["curve"] = demo_curve(st["attempts"], shapes, device=device)
+    return st
+
+
+CPU_SHAPES = [
+    {"name": "b1_t100_h2_k32_v32", "dims": {"B": 1, "T": 100, "H": 2, "K": 32, "V": 32}, "primary": True},
+    {"name": "b2_t64_h2_k64_v64", "dims": {"B": 2, "T": 64, "H": 2, "K": 64, "V": 64}, "primary": False},
+    {"name": "b2_t37_h3_k32_v32", "dims": {"B": 2, "T": 37, "H": 3, "K": 32, "V": 32}, "primary": False},
+]
+
+
+def cpu_state() -> dict:
+    """The CPU task's three shapes, interpreter-sized timings, device cpu."""
+    return reshaped_state(CPU_SHAPES, device="cpu (Triton interpreter)", baseline="torch",
+                          base_ms={"b1_t100_h2_k32_v32": 348.0, "b2_t64_h2_k64_v64": 212.0,
+                                   "b2_t37_h3_k32_v32": 125.0})
+
+
+def eight_shapes_state() -> dict:
+    dims = [(1, 8192, 96), (1, 2048, 96), (1, 4096, 96), (1, 16384, 96), (1, 8192, 32), (1, 8192, 64),
+            (2, 4096, 96), (2, 8192, 64)]
+    shapes = [{"name": f"b{b}_t{t}_h{h}", "dims": {"B": b, "T": t, "H": h, "K": 128, "V": 128}, "primary": i == 0}
+              for i, (b, t, h) in enumerate(dims)]
+    return reshaped_state(shapes, device="NVIDIA H200", base_ms={s["name"]: 0.4 * (i + 1) for i, s in
+                                                                  enumerate(shapes)})
 
 
 def demo_events() -> list[dict]:
@@ -402,7 +475,7 @@ class FakeEngine:
         st = self.state
         return {"status": copy.deepcopy(st["status"]), "shapes": copy.deepcopy(st["shapes"]),
                 "members": copy.deepcopy(st["members"]), "attempts": copy.deepcopy(st["attempts"][-50:]),
-                "baseline": st["baseline"], "notes": list(st["notes"])}
+                "baseline": st["baseline"], "notes": list(st["notes"]), "curve": copy.deepcopy(st.get("curve") or {})}
 
     def _set_state(self, state: str, why: str = "") -> None:
         self.state["status"]["state"] = state
@@ -444,6 +517,17 @@ class FakeEngine:
                 st["notes"].append(text)
                 return {"notes": len(st["notes"]), "text": "noted: the agent reads it in its next prompt"}, \
                     lambda: self.emit("note", text=f"operator note: {text}")
+            if cmd == "budget":
+                change = str(req.get("change") or "")
+                if not change:
+                    raise ValueError("budget: say how much, e.g. +2h")
+                resumed = status["state"] == "finished"
+                if resumed:
+                    self._set_state("running")
+                return {"resumed": resumed, "text": f"budget {change}" + ("; the run goes on" if resumed else "")}, \
+                    lambda: self.emit("budget-changed", text=f"budget changed: {change}")
+            if cmd == "curve":
+                return copy.deepcopy(st.get("curve") or {}), None
             if cmd == "prune":
                 name = req.get("name")
                 m = next((m for m in st["members"] if m["name"] == name), None)
@@ -477,6 +561,9 @@ class FakeEngine:
                     raise ValueError("generalize needs at least one shape")
                 parsed = [parse_shape_spec(s) for s in shapes]
                 task = f"{status['task']}_gen"
+                if req.get("dry_run"):
+                    plan = f"generalize {status['task']}/{src} to {len(st['shapes']) + len(parsed)} shapes"
+                    return {"plan": plan, "text": plan}, None
                 return {"task": task, "path": f"tasks/{task}.toml", "run": f"{task}-0001",
                         "shapes": [p.name for p in parsed],
                         "text": f"wrote tasks/{task}.toml with {len(parsed)} more shapes; rechecking {src}"}, \

@@ -115,10 +115,23 @@ def test_kill_9_mid_evaluation_then_run_again_resumes(repo):
     run_id, pid, victim = st["run"], st["pid"], st["current"]["attempt"]
     os.kill(pid, signal.SIGKILL)
     time.sleep(1.0)
-    out = kdatui(repo, "run", "tiny.toml", "--agent", SLOW_AGENT, "--budget", "3attempts", "--detach").stdout
-    assert run_id in out, "the crashed run is resumed, not replaced"
+    import sqlite3
+
+    with sqlite3.connect(repo / ".frontier" / "kdatui.db") as db:
+        spent_before = db.execute("SELECT spent_s FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+    assert spent_before > 0, "the time spent is on disk before a kill -9"
+    out = kdatui(repo, "run", "tiny.toml", "--agent", SLOW_AGENT, "--detach").stdout
+    assert run_id in out and "resumed" in out, "the crashed run is resumed, not replaced"
+    assert "keeps its budget (3 attempts)" in out, "no --budget: the run's own budget, not the task's"
     st = wait_for(repo, lambda s: s["state"] == "finished", what="the resumed run to finish", timeout=240)
     assert st["run"] == run_id
+    # the budget carried over: 3 attempts in all (the interrupted one counted once), and the
+    # clock went on from what was spent, not from zero
+    assert st["why"] == "budget spent: 3 attempts" and st["attempts"]["total"] == 3
+    assert st["attempts"]["evaluated"] == 3
+    assert st["elapsed_s"] >= spent_before
+    time.sleep(1.2)
+    assert status(repo)["elapsed_s"] == st["elapsed_s"], "a finished run's clock stands still"
     events = [json.loads(line) for line in
               (repo / ".frontier" / "runs" / run_id / "events.jsonl").read_text().splitlines()]
     assert any(e["kind"] == "attempt-resumed" and e["attempt"] == victim for e in events)
@@ -130,6 +143,31 @@ def test_kill_9_mid_evaluation_then_run_again_resumes(repo):
     with Frontier.open(repo, recover=False) as fr:
         for m in fr.members("tiny"):
             assert m.sha and fr.repo.sha(m.sha) == m.sha
+
+
+def test_more_budget_for_a_finished_run_makes_it_go_on(repo):
+    kdatui(repo, "run", "tiny.toml", "--agent", TORCH_AGENT, "--budget", "2attempts", "--detach")
+    st = wait_for(repo, lambda s: s["state"] == "finished", what="the budget to be spent")
+    assert st["attempts"]["total"] == 2
+    out = kdatui(repo, "budget", "+2attempts").stdout
+    assert "2 attempts -> 4 attempts" in out and "the run goes on" in out
+    st = wait_for(repo, lambda s: s["state"] == "finished" and s["attempts"]["total"] == 4,
+                  what="two more attempts")
+    assert st["budget"]["attempts"] == 4 and st["why"] == "budget spent: 4 attempts"
+    bad = kdatui(repo, "budget", "+2parsecs", check=False)
+    assert bad.returncode == 2 and "+2h or +20attempts" in bad.stderr
+
+
+@pytest.mark.slow
+def test_a_finished_runs_engine_stays_up_with_nothing_attached(repo):
+    """It used to exit 60 s after finishing when no client was attached."""
+    kdatui(repo, "run", "tiny.toml", "--agent", TORCH_AGENT, "--budget", "1attempts", "--detach")
+    st = wait_for(repo, lambda s: s["state"] == "finished", what="the budget to be spent")
+    log = (repo / ".frontier" / "runs" / st["run"] / "engine.log").read_text()
+    assert "no client has been attached for 24 h" in log, "the log states the idle limit"
+    assert st["idle_stop_s"] == 24 * 3600
+    time.sleep(75)
+    assert status(repo)["state"] == "finished", "the engine still answers"
 
 
 SCRIPTED = ROOT / "tests" / "agents" / "scripted_agent.py"
@@ -190,8 +228,11 @@ def test_prune_recheck_archive_and_generalize_go_through_the_live_engine(repo, t
     # a recheck prunes the member's family by the new figures: on a busy CPU the rechecked
     # member can come out dominated and leave, so generalize from whatever is best now
     best = status(repo)["best"]["name"]
+    bad = kdatui(repo, "generalize", "--from", best, "--shapes", "B=1,T=33,H=2,K=16,V=16,T=5", check=False)
+    assert bad.returncode == 2 and "T is given twice" in bad.stderr
     out = kdatui(repo, "generalize", "--from", best, "--shapes", "B=1,T=33,H=2,K=16,V=16").stdout
-    assert "wrote task" in out
+    assert "the live engine will generalize tiny/" in out, "it says what it will do before it waits"
+    assert "wrote task" in out and "not tracked by git" in out and "continues the search" in out
     st = wait_for(repo, lambda s: s["task"] != "tiny", what="the run on the generalized task")
     assert st["phase"].startswith("generalized") and st["members"] >= 1
     new_task = (repo / "tasks" / f"{st['task']}.toml").read_text()

@@ -44,6 +44,13 @@ def test_policy_admits_a_new_best_on_the_primary_shape():
     assert d.prune == []  # slower than fused-a on q beyond noise: a trade-off, both kept
 
 
+def test_a_lead_inside_the_noise_is_not_announced_as_a_new_best():
+    members = [c("split-a", "split", 1.5, 1.5), c("fused-a", "fused", 1.2, 1.6)]
+    d = decide(POLICY, c("fused-b", "fused", 1.52, 1.7, noise=0.05), members)  # 1.52 vs 1.5: inside 5%
+    assert d.admit and "new best" not in d.reason
+    assert "fastest on the primary shape p by less than the noise (5%): 1.52x vs 1.5x by split-a" in d.reason
+
+
 def test_policy_admits_a_new_family_even_when_slower_than_every_member():
     d = decide(POLICY, c("chunked-a", "chunked", 0.9, 0.8), [c("split-a", "split", 1.5, 1.5)])
     assert d.admit and d.reason == "first member of family chunked"
@@ -429,3 +436,17 @@ def test_a_member_branch_deleted_by_hand_is_recreated_on_open(repo):
     with Frontier.open(repo) as fr:
         assert git(repo, "rev-parse", "frontier/kt/split-bv64") == adm.sha
         assert [m.name for m in fr.members("kt")] == ["split-bv64"]
+
+
+def test_an_attempt_evaluated_again_after_a_restart_has_no_verdict_until_it_is(fr):
+    """The header's `evaluated` counts attempts with a verdict: the one re-evaluated after
+    a crash (marked error by the recovery) must not count until its new verdict is in."""
+    task = make_task()
+    run = fr.start_run(task).id
+    att = fr.propose(run, task, family="split", name="a", files={"kernel.py": kernel_source({"p": 1.2, "q": 1.1})})
+    fr.store.update_attempt(att.id, status="error", verdict="error", reason="interrupted: the process stopped")
+    fr.start_evaluation(att.id)
+    again = fr.attempt(att.id)
+    assert again.status == "evaluating" and again.verdict is None
+    fr.record_evaluations(att.id, task, FakeEvaluator().evaluate(task, fr.candidate_path(att)))
+    assert fr.attempt(att.id).verdict == "passed"

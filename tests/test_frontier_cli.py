@@ -104,6 +104,20 @@ def test_generalize_from_the_cli(repo, capsys, monkeypatch):
     assert "wide: PASS" in out
     assert fake.calls[0][2] == ["p", "q", "wide"]
     assert list(load_task(repo / "tasks" / "kt_wide.toml").shapes) == ["p", "q", "wide"]
+    # it said what it would do before the work, and where the task file is, untracked
+    assert "generalize kt/split-bv32 to 3 shapes (adds wide [B1 T256 H8 K32 V32])" in err
+    assert "task file tasks/kt_wide.toml (not tracked by git: `git add tasks/kt_wide.toml`" in out
+
+
+def test_generalize_refuses_a_shape_that_repeats_a_dimension_before_any_work(repo, capsys, monkeypatch):
+    import kdatui.verbs_frontier as verbs
+
+    def no(task):
+        raise AssertionError("no evaluator may be made for bad shapes")
+
+    monkeypatch.setattr(verbs, "make_evaluator", no)
+    code, out, err = run_main(capsys, "generalize", "--from", "split-bv32", "--shapes", "B=1,T=10,H=2,K=32,V=32,B=2")
+    assert code == 2 and "B is given twice" in err
 
 
 def test_generalize_without_an_evaluator_is_a_clear_error(repo, capsys, monkeypatch):

@@ -256,3 +256,19 @@ def test_task_equality_ignores_where_it_was_loaded_from(tmp_path, cpu_task):
     copy = load_task(cpu_task.save(tmp_path / "c.toml"))
     assert isinstance(copy, Task) and copy.path != TASKS / "kda_fwd_cpu.toml"
     assert copy == load_task(TASKS / "kda_fwd_cpu.toml")
+
+
+def test_a_shape_spec_that_repeats_a_dimension_is_an_error_naming_it():
+    with pytest.raises(TaskError, match=r"B is given twice"):
+        parse_shape_spec("B=1,T=10,H=2,K=32,V=32,B=2")
+
+
+def test_only_a_task_written_by_generalize_is_in_the_generalized_phase(tmp_path):
+    from kdatui.engine.loop import _phase
+
+    cpu = load_task(TASKS / "kda_fwd_cpu.toml")
+    assert len(cpu.shapes) == 3 and _phase(cpu) == "3 shapes"
+    new = cpu.with_shapes({}, "kda_fwd_cpu-more")
+    new.generalized_from = "kda_fwd_cpu/fused-c16"
+    again = load_task(new.save(tmp_path / "more.toml"))
+    assert again.generalized_from == "kda_fwd_cpu/fused-c16" and _phase(again) == "generalized (3 shapes)"

@@ -23,7 +23,7 @@ from kdatui.tui.screens.dialogs import (ConfirmDialog, EngineGoneDialog, General
                                         split_specs)
 from kdatui.tui.screens.help import HelpScreen
 from kdatui.tui.screens.task_picker import TaskPickerApp
-from kdatui.tui.widgets.header import header_lines
+from kdatui.tui.widgets.header import device_text, header_lines
 from kdatui.tui.widgets.loop import event_line
 from kdatui.tui.widgets.matrix import cell_text, matrix_rows
 
@@ -33,7 +33,8 @@ SIZE = (100, 30)
 
 
 def header_text(app) -> str:
-    return "\n".join(t.plain for t in header_lines(app.main.header.status, lost=app.main.header.lost))
+    lines = header_lines(app.main.header.status, lost=app.main.header.lost)
+    return "\n".join(t.plain for t in lines) + "\n" + device_text(app.main.header.status).plain
 
 
 def notifications(app) -> list[str]:
@@ -154,6 +155,7 @@ async def test_prune_asks_first_then_the_member_leaves_tree_and_matrix(fake):
     app = make_app(fake)
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
+        rebuilds = app.main.matrix.rebuilds  # the first layout may size the columns more than once
         await pilot.press("x")
         await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), what="the confirm dialog")
         assert not fake.commands("prune")
@@ -161,7 +163,7 @@ async def test_prune_asks_first_then_the_member_leaves_tree_and_matrix(fake):
         await until(pilot, lambda: "fused-c64-w4" not in app.main.frontier_tree.member_names, what="the leaf to go")
         assert fake.commands("prune")[0]["name"] == "fused-c64-w4"
         assert "m:fused-c64-w4" not in app.main.matrix.row_keys
-        assert app.main.matrix.rebuilds == 1  # removed in place, not rebuilt
+        assert app.main.matrix.rebuilds == rebuilds  # removed in place, not rebuilt
 
 
 @aio
@@ -216,8 +218,10 @@ async def test_generalize_dialog_sends_the_source_and_the_shapes(fake):
         dialog.query_one("#gen-typed", Input).focus()
         await pilot.press(*"B=2,T=2048,H=48")
         await pilot.press("ctrl+g")
-        await until(pilot, lambda: fake.commands("generalize"), what="the generalize request")
-        req = fake.commands("generalize")[0]
+        await until(pilot, lambda: len(fake.commands("generalize")) == 2, what="the generalize requests")
+        plan, req = fake.commands("generalize")
+        assert plan["dry_run"] is True and "dry_run" not in req  # it says what it will do first
+        assert any("will" in n or "generalize kda_fwd_demo/" in n for n in notifications(app))
         assert req["from"] == "fused-c64-w4"  # the selected member
         assert req["shapes"] == [first, "B=2,T=2048,H=48"]
         await until(pilot, lambda: any("wrote tasks/" in n for n in notifications(app)))
@@ -378,16 +382,35 @@ async def test_reconnect_after_the_engine_restarts(fake):
 
 
 @aio
-async def test_no_engine_at_the_socket_offers_to_quit(tmp_path):
+async def test_no_engine_at_the_socket_says_so_and_offers_the_tasks(tmp_path):
     from kdatui.tui.app import KdaTuiApp
+    from kdatui.tui.screens.task_picker import TaskPickerScreen
 
     app = KdaTuiApp(tmp_path / "control.sock", keymap={})
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: isinstance(app.screen, EngineGoneDialog))
-        assert "does not exist" in app.lost
+        await until(pilot, lambda: isinstance(app.screen, TaskPickerScreen), what="the task picker")
+        assert "does not exist" in app.lost and app.absent
+        assert any(e.name == "kda_fwd_cpu" for e in app.screen.entries)
+        await pilot.press("escape")  # no task: the main screen says there is no engine
+        await until(pilot, lambda: not isinstance(app.screen, TaskPickerScreen))
+        assert "no engine" in header_text(app)
+        assert app.check_action("pause", ()) is None  # engine actions are off
         await pilot.press("q")
         await pilot.pause(0.05)
-    assert app.return_value == "lost"
+    assert app.return_value == "detached"
+
+
+@aio
+async def test_the_app_can_be_constructed_without_an_engine_for_textual_run_dev(tmp_path, monkeypatch):
+    """`textual run --dev kdatui.tui.app:KdaTuiApp` constructs the app with no arguments."""
+    from kdatui.tui.app import KdaTuiApp
+    from kdatui.tui.screens.task_picker import TaskPickerScreen
+
+    monkeypatch.chdir(tmp_path)  # not a git repo: no socket to look for
+    app = KdaTuiApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, TaskPickerScreen), what="the task picker")
+        assert "not in a git repository" in app.lost
 
 
 def test_run_tui_refuses_a_missing_socket_with_a_message(tmp_path):
@@ -549,3 +572,23 @@ async def test_task_picker_returns_the_chosen_task(tmp_path):
         await pilot.press("enter")  # the bad task is disabled: the highlight starts on the good one
         await pilot.pause(0.1)
     assert app.return_value == good
+
+
+@aio
+async def test_a_long_command_waits_for_its_answer_past_the_request_timeout(fake):
+    """generalize answers after the re-check of every shape (minutes on the CPU): the
+    TUI used to give up after 60 s and call the engine gone."""
+    from kdatui.engine.protocol import EngineUnavailable
+    from kdatui.tui.client import EngineClient
+
+    client = EngineClient(fake.path, timeout=0.3)
+    await client.connect()
+    try:
+        fake.delay["generalize"] = 0.8
+        res = await client.request("generalize", shapes=["b1_t4096_h32"], **{"from": "fused-c64-w4"})
+        assert "wrote tasks/" in res["text"]
+        fake.delay["status"] = 0.8
+        with pytest.raises(EngineUnavailable, match="did not answer `status`"):
+            await client.request("status")
+    finally:
+        await client.close()

@@ -7,7 +7,9 @@ Update after an intended change of the look: `pytest tests/test_tui_snapshots.py
 
 from __future__ import annotations
 
-from fake_engine import make_app, ready, until
+import pytest
+
+from fake_engine import FakeEngine, cpu_state, eight_shapes_state, make_app, ready, until
 from fake_engine import fake, utc  # noqa: F401  (fixtures: the fake engine, clocks in UTC)
 from kdatui.tui.screens.candidate import CandidateScreen
 from kdatui.tui.screens.dialogs import GeneralizeDialog
@@ -62,3 +64,44 @@ def test_generalize_dialog_80x24(snap_compare, fake):
         await pilot.pause()
 
     assert snap_compare(make_app(fake), terminal_size=SMALL, run_before=dialog)
+
+
+@pytest.fixture
+def cpu_fake():
+    with FakeEngine(cpu_state()) as engine:
+        yield engine
+
+
+@pytest.fixture
+def eight_fake():
+    with FakeEngine(eight_shapes_state()) as engine:
+        yield engine
+
+
+def test_main_screen_80x24_cpu_task_3_shapes(snap_compare, cpu_fake):
+    """All three shapes of the CPU task show; the device label is whole; the matrix says
+    interpreter timings are not performance figures."""
+    assert snap_compare(make_app(cpu_fake), terminal_size=SMALL, run_before=ready)
+
+
+def test_main_screen_80x24_8_shapes(snap_compare, eight_fake):
+    """The primary shape and a page of the others show, with the hint to page."""
+    assert snap_compare(make_app(eight_fake), terminal_size=SMALL, run_before=ready)
+
+
+def test_chart_screen_80x24(snap_compare, fake):
+    async def chart(pilot):
+        await ready(pilot)
+        await pilot.press("c")
+        await pilot.pause()
+
+    assert snap_compare(make_app(fake), terminal_size=SMALL, run_before=chart)
+
+
+def test_chart_screen_cpu_80x24(snap_compare, cpu_fake):
+    async def chart(pilot):
+        await ready(pilot)
+        await pilot.press("c")
+        await pilot.pause()
+
+    assert snap_compare(make_app(cpu_fake), terminal_size=SMALL, run_before=chart)

@@ -2,10 +2,13 @@
 socket (engine/protocol.py). Entry points for the CLI:
 
     from kdatui.tui import run_tui, pick_task
-    how = run_tui(socket_path)     # "detached" | "stopped" | "lost"; raises EngineUnavailable
+    how = run_tui(socket_path)     # "detached" (| "-finished" | "-paused") | "stopped" | "lost";
+                                   # raises EngineUnavailable
     task = pick_task()             # no live run: a task file chosen by the user, or None
 
-`KdaTuiApp(socket_path, ...)` is the app itself (tests: `client_factory=`, `clock=`).
+`KdaTuiApp(socket_path, ...)` is the app itself (tests: `client_factory=`, `clock=`);
+`KdaTuiApp()` alone (`textual run --dev kdatui.tui.app:KdaTuiApp`) finds the engine of the
+repo around the current directory, or says there is none and offers the tasks.
 Imports are lazy so `kdatui.tui.client` stays cheap.
 """
 

@@ -21,7 +21,6 @@ live.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import tomllib
 from functools import partial
@@ -29,31 +28,47 @@ from pathlib import Path
 from typing import Callable
 
 from textual.app import App
+
+from kdatui.engine.paths import config_dir
 from textual.screen import Screen
 
 from .client import EngineClient, EngineError, EngineUnavailable, check_socket
 from .commands import ACTIONS, ActionsProvider, bindings
 from .messages import EngineLost, EventsPending, Selection
 from .screens.candidate import CandidateScreen
+from .screens.chart import ChartScreen
 from .screens.dialogs import ConfirmDialog, EngineGoneDialog, GeneralizeDialog, PromptDialog
 from .screens.help import HelpScreen
 from .screens.main import MainScreen
+from .widgets.header import RunHeader
+from .widgets.loop import LoopLog
 
 ENGINE_ACTIONS = frozenset({"pause", "resume", "prune", "archive", "generalize", "recheck", "note", "stop_run",
-                            "restore", "refresh"})
+                            "restore", "refresh", "budget"})
 DETACHED, STOPPED, LOST = "detached", "stopped", "lost"
+# detached from a run that does not go on by itself: the CLI must not say "the run goes on"
+DETACHED_FINISHED, DETACHED_PAUSED = "detached-finished", "detached-paused"
 # Shapes offered by the generalize dialog besides typing one; the bundled general task's
 # shapes when it loads, else these.
 FALLBACK_COMMON = ["b1_t2048_h96", "b1_t4096_h96", "b1_t8192_h96", "b1_t16384_h96", "b1_t8192_h32",
                    "b1_t8192_h64", "b2_t4096_h96", "b2_t8192_h64"]
 
 
-def config_dir() -> Path:
-    # the same place as engine/probes.config_dir, without importing torch for it
-    env = os.environ.get("KDATUI_CONFIG_DIR")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "kdatui"
+def default_socket_path(cwd: Path | None = None) -> Path | None:
+    """The control socket of the git repo around `cwd` (it may not exist: no engine), or
+    None outside a repo."""
+    from kdatui.engine.gitrepo import FRONTIER_DIR, GitRepo
+    from kdatui.engine.protocol import socket_path
+    from kdatui.engine.store import FrontierError
+
+    try:
+        repo = GitRepo.open(cwd or Path.cwd())
+    except FrontierError:
+        return None
+    try:
+        return socket_path(repo.root / FRONTIER_DIR)
+    finally:
+        repo.close()
 
 
 def load_keymap(path: Path | None = None) -> tuple[dict[str, str], str | None]:
@@ -75,8 +90,20 @@ def load_keymap(path: Path | None = None) -> tuple[dict[str, str], str | None]:
     return dict(keymap), None
 
 
-def common_shapes() -> list[tuple[str, str]]:
-    """(name, label) of shapes worth offering when generalizing."""
+# On the CPU the Triton interpreter runs shapes like the CPU task's in seconds; the GPU
+# task's shapes would take hours there.
+CPU_COMMON = ["B=1,T=64,H=2,K=32,V=32", "B=1,T=200,H=2,K=32,V=32", "B=2,T=50,H=4,K=32,V=32",
+              "B=1,T=128,H=2,K=64,V=64", "B=3,T=33,H=2,K=16,V=16"]
+
+
+def common_shapes(device: str = "") -> list[tuple[str, str]]:
+    """(name, label) of shapes worth offering when generalizing on `device`: small ones on
+    the CPU, the bundled general task's on a GPU."""
+    if device.lower().startswith("cpu"):
+        from kdatui.engine.task import parse_shape_spec
+
+        shapes = [parse_shape_spec(spec) for spec in CPU_COMMON]
+        return [(s.name, f"{s.name:<19} {s.label()}") for s in shapes]
     try:
         from kdatui.engine.task import bundled_tasks_dir, load_task
 
@@ -110,12 +137,15 @@ class KdaTuiApp(App[str]):
                  flush_interval: float = 0.1, min_refresh: float = 0.25, status_interval: float = 5.0,
                  ansi_color: bool | None = None):
         super().__init__(ansi_color=ansi_color)
+        self._backlog = backlog
         if client_factory is None:
-            if socket_path is None:
-                raise ValueError("KdaTuiApp needs a socket path or a client factory")
-            client_factory = partial(EngineClient, socket_path, backlog=backlog, keep=log_lines)
+            # `textual run --dev kdatui.tui.app:KdaTuiApp`: the engine of the repo here, if any
+            socket_path = socket_path or default_socket_path()
+            if socket_path is not None:
+                client_factory = partial(EngineClient, socket_path, backlog=backlog, keep=log_lines)
         self.socket_path = str(socket_path) if socket_path else None
         self.client_factory = client_factory
+        self.absent = False  # no engine was ever reached: the task picker is offered
         self.client: EngineClient | None = None
         self.clock = clock
         self.wallclock = wallclock
@@ -186,16 +216,23 @@ class KdaTuiApp(App[str]):
     async def _connect(self) -> None:
         if self.client is not None:
             await self.client.close()
+        if self.client_factory is None:
+            self.no_engine("not in a git repository with a run (cd into the repo, or start one here)")
+            return
         self.client = client = self.client_factory()
         try:
             await client.connect()
             snapshot = await client.request("snapshot")
         except (EngineUnavailable, EngineError) as e:
-            self.engine_lost(str(e))
+            if not self.snapshot and isinstance(e, EngineUnavailable):
+                self.no_engine(str(e))  # never connected: nothing to lose, offer the tasks
+            else:
+                self.engine_lost(str(e))
             return
         main = self._live_main
         if main is None:
             return
+        self.absent = False
         self.lost = None
         main.header.lost = None
         self.stats["snapshots"] += 1
@@ -218,6 +255,55 @@ class KdaTuiApp(App[str]):
         self.refresh_bindings()
         stopped = self._stop_sent or self.state in ("stopping", "stopped")
         self.push_screen(EngineGoneDialog(why, stopped=stopped), callback=partial(self._gone, stopped))
+
+    def no_engine(self, why: str) -> None:
+        """No engine runs here (the app was started without one, e.g. `textual run --dev`):
+        say so and offer the tasks; picking one starts a run and connects to it."""
+        main = self._live_main
+        if main is None:
+            return
+        if not main.is_mounted or not main.query(LoopLog):
+            self.call_after_refresh(self.no_engine, why)  # before the main screen composed
+            return
+        self.absent = True
+        self.lost = why
+        rest = why[len("no engine"):].strip() if why.startswith("no engine") else f": {why}"
+        main.header.lost = f"no engine {rest}"
+        main.loop.write_operator(f"no engine: {why}", "gone")
+        self.refresh_bindings()
+        from .screens.task_picker import TaskPickerScreen
+
+        if not any(isinstance(s, TaskPickerScreen) for s in self.screen_stack):
+            self.push_screen(TaskPickerScreen(), callback=self._picked)
+
+    def _picked(self, path: Path | None) -> None:
+        if path is None:
+            self.notify("No engine: `kdatui run TASK` starts one (q quits).", severity="warning", timeout=8)
+            return
+        self.notify(f"starting a run of {path.stem}...", timeout=5)
+        self.run_worker(partial(self._launch, path), thread=True, group="launch", exclusive=True)
+
+    def _launch(self, path: Path) -> None:
+        from kdatui.engine.launch import start_engine
+        from kdatui.engine.store import FrontierError
+        from kdatui.engine.task import TaskError
+
+        try:
+            start_engine(path)
+        except (FrontierError, TaskError) as e:
+            self.call_from_thread(self.notify, str(e), title="could not start a run", severity="error", timeout=10)
+            return
+        sock = default_socket_path()
+        if sock is None:
+            return
+
+        def connect() -> None:
+            self.socket_path = str(sock)
+            self.client_factory = partial(EngineClient, sock, backlog=self._backlog, keep=self.log_lines)
+            self.lost = None
+            self.connect()
+
+        self.call_from_thread(connect)
 
     def _gone(self, stopped: bool, choice: str | None) -> None:
         if choice == "quit":
@@ -301,12 +387,15 @@ class KdaTuiApp(App[str]):
         before = self.state
         self.snapshot = snapshot
         main.show_snapshot(snapshot)
+        for screen in self.screen_stack:
+            if isinstance(screen, ChartScreen):
+                screen.chart.show_curve(snapshot.get("curve"))
         if self.state != before:
             self.refresh_bindings()
 
     def _tick(self) -> None:
         main = self._live_main
-        if main is not None:
+        if main is not None and main.query(RunHeader):  # not while the screen is torn down
             main.header.tick()
 
     def _poll_status(self) -> None:
@@ -448,9 +537,16 @@ class KdaTuiApp(App[str]):
 
         def chosen(args: dict | None) -> None:
             if args:
-                self.send("generalize", **args)
+                self.run_worker(self._generalize(args), group="commands")
 
-        self.push_screen(GeneralizeDialog(members, source, common_shapes(), shapes), chosen)
+        device = str((self.snapshot.get("status") or {}).get("device") or "")
+        self.push_screen(GeneralizeDialog(members, source, common_shapes(device), shapes), chosen)
+
+    async def _generalize(self, args: dict) -> None:
+        """Say what generalize will do (the engine checks the member and the shapes at once),
+        then do it (it waits for the re-check of every shape)."""
+        if await self._send("generalize", {**args, "dry_run": True}) is not None:
+            await self._send("generalize", args)
 
     def action_recheck(self) -> None:
         sel = self.selection
@@ -466,6 +562,19 @@ class KdaTuiApp(App[str]):
 
         self.push_screen(PromptDialog("Note to the agent", "It goes into the agent's next prompt.",
                                       placeholder="e.g. try BV=32 on split"), written)
+
+    def action_budget(self) -> None:
+        def given(text: str | None) -> None:
+            if text:
+                self.send("budget", change=",".join(text.split()))
+
+        st = self.snapshot.get("status") or {}
+        b = st.get("budget") or {}
+        now = ", ".join(x for x in ((f"{b['hours']:g} h" if b.get("hours") else ""),
+                                    (f"{b['attempts']} attempts" if b.get("attempts") else "")) if x) or "no limit"
+        self.push_screen(PromptDialog(
+            "More budget", f"The run's budget is {now}. +2h or +20attempts adds; 8h sets. A finished run goes on.",
+            placeholder="+2h  +20attempts"), given)
 
     def action_restore(self) -> None:
         def named(name: str | None) -> None:
@@ -486,12 +595,15 @@ class KdaTuiApp(App[str]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
+    def detached_how(self) -> str:
+        return {"finished": DETACHED_FINISHED, "paused": DETACHED_PAUSED}.get(self.state, DETACHED)
+
     def action_detach(self) -> None:
-        """Leave; the run goes on (nothing is sent to the engine)."""
-        self.exit(DETACHED)
+        """Leave; the engine stays (nothing is sent to it)."""
+        self.exit(self.detached_how())
 
     async def action_quit(self) -> None:  # ctrl+q and the palette's quit: detach too
-        self.exit(DETACHED)
+        self.exit(self.detached_how())
 
     def action_stop_run(self) -> None:
         def confirmed(yes: bool | None) -> None:
@@ -504,6 +616,15 @@ class KdaTuiApp(App[str]):
             f"Stop {run}?",
             "The engine finishes or abandons the evaluation in progress and exits; the frontier and the store "
             "stay. Detaching (q) leaves it running instead.", yes="Stop the run"), confirmed)
+
+    def action_chart(self) -> None:
+        if not isinstance(self.screen, ChartScreen):
+            self.push_screen(ChartScreen())
+
+    def action_toggle_tree(self) -> None:
+        main = self._live_main
+        if main is not None:
+            main.toggle_tree()
 
     def action_zoom(self) -> None:
         screen = self.screen

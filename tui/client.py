@@ -48,13 +48,18 @@ from kdatui.engine.protocol import MAX_LINE, EngineError, EngineUnavailable, enc
 
 __all__ = ["EngineClient", "EngineError", "EngineUnavailable", "EventBatch", "STATE_KINDS"]
 
+# Commands the engine answers only when the work is done (a re-check of every shape, an
+# archive pass): no reply timeout, as the CLI does; the event stream shows their progress,
+# and a dead engine still ends them (the connection closes).
+LONG_COMMANDS = frozenset({"generalize", "recheck", "archive", "evaluate"})
+
 # Events after which the view's picture of the run (members, attempts, cells, state) is
 # stale and a fresh `snapshot` is asked for. Agent output and progress are not.
 STATE_KINDS = frozenset({
     "run-started", "run-resumed", "run-paused", "run-stopping", "run-stopped",
     "attempt-proposed", "attempt-evaluating", "attempt-evaluated", "attempt-error",
     "agent-turn", "admitted", "rejected", "pruned", "restored", "archived", "generalized",
-    "rechecked", "cleanup", "budget", "note",
+    "rechecked", "cleanup", "budget", "budget-changed", "note",
 })
 
 
@@ -273,7 +278,8 @@ class EngineClient:
         try:
             self._writer.write(encode({"id": rid, "cmd": cmd, **args}))
             await self._writer.drain()
-            msg = await asyncio.wait_for(fut, timeout=self.timeout)
+            wait = None if cmd in LONG_COMMANDS and not args.get("dry_run") else self.timeout
+            msg = await asyncio.wait_for(fut, timeout=wait)
         except asyncio.TimeoutError:
             raise EngineUnavailable(f"the engine did not answer `{cmd}` within {self.timeout:.0f} s") from None
         except OSError as e:

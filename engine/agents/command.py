@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..probes import config_dir
+from ..paths import config_dir
 from .base import Agent, AgentContext, MemberView, Plan, TurnResult
 from .prompt import render_prompt
 

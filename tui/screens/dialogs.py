@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Select, SelectionList, Static
+from textual.widgets import Button, Checkbox, Input, Label, Select, SelectionList, Static
 
 from kdatui.engine.task import TaskError, parse_shape_spec
 
@@ -119,8 +119,9 @@ def check_specs(specs: list[str]) -> str | None:
 
 
 class GeneralizeDialog(ModalScreen[dict | None]):
-    """Pick the source member and the shapes to add; returns the `generalize` arguments
-    {"from": member, "shapes": [...]} or None."""
+    """Pick the source member and the shapes to add, and whether the search moves to the
+    new task; returns the `generalize` arguments {"from": member, "shapes": [...],
+    "continue_search": bool} or None."""
 
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="generalize.cancel"),
@@ -149,6 +150,8 @@ class GeneralizeDialog(ModalScreen[dict | None]):
             yield SelectionList[str](*[(label, name) for name, label in self.common], id="gen-common")
             yield Label("or type them (b1_t4096_h64  B=2,T=2048,H=32; spaces between):", classes="field-label")
             yield Input(placeholder="b1_t4096_h64 B=2,T=2048,H=32", id="gen-typed", compact=True)
+            yield Checkbox("then continue the search on the new task (untick: stay on this one)", value=True,
+                           id="gen-continue", compact=True)
             yield Static("", classes="dialog-error", id="gen-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Generalize (ctrl+g)", variant="primary", id="ok", compact=True)
@@ -178,7 +181,8 @@ class GeneralizeDialog(ModalScreen[dict | None]):
         if source is Select.BLANK or not source:
             error.update("The frontier has no member to start from yet.")
             return None
-        return {"from": source, "shapes": shapes}
+        return {"from": source, "shapes": shapes,
+                "continue_search": self.query_one("#gen-continue", Checkbox).value}
 
     def action_submit(self) -> None:
         result = self.chosen()

@@ -21,6 +21,7 @@ LEGEND = [
     ("…  ·", "dim", "being evaluated / not evaluated on that shape"),
     ("★", "bold yellow", "the best member on the primary shape"),
     ("◆", "bold yellow", "the primary shape (the one the search optimizes)"),
+    ("▲1.34x 4.19ms", "dim", "ms at the baseline row's pace: its ms / the speedup, so ms and × agree (t: measured)"),
 ]
 
 
@@ -33,6 +34,8 @@ def keys_table(app) -> Table:
         t.add_row(Text(key_of(app, a) or "ctrl+p", style="bold cyan"), a.title, Text(a.help, style="dim"))
     for key, what, helptext in (("ctrl+p", "Command palette", "Every action by name."),
                                 ("tab", "Next pane", "Tree, matrix, log."),
+                                ("t", "Matrix ms", "ms normalized to the baseline row, or measured (candidate / its own baseline)."),
+                                ("] [", "Matrix shapes", "Page through the shapes when they do not all fit (the primary stays)."),
                                 ("1-5", "Candidate tabs", "Idea, checks, trials, diff, kernel (candidate screen)."),
                                 ("esc", "Back", "Close a dialog or the candidate screen.")):
         t.add_row(Text(key, style="bold cyan"), what, Text(helptext, style="dim"))

@@ -1,4 +1,5 @@
-"""The main screen: header, frontier tree, timing matrix, live agent loop, footer.
+"""The main screen: header, frontier tree, timing matrix, chart of the search, live agent
+loop, footer. Below 110 columns the tree is hidden (f shows it) so the matrix has the width.
 
 The screen only renders what the app hands it (a snapshot, a batch of events) and
 reports what the operator points at; the app talks to the engine."""
@@ -12,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from ..messages import OpenDetails, Selected, Selection
+from ..widgets.chart import SearchChart
 from ..widgets.frontier import FrontierTree
 from ..widgets.header import RunHeader
 from ..widgets.loop import LoopLog
@@ -38,7 +40,9 @@ class MainScreen(Screen):
         with Horizontal(id="body"):
             yield FrontierTree(id="frontier")
             yield TimingMatrix(recent=app.recent_attempts, id="matrix")
-        yield LoopLog(max_lines=app.log_lines, now=app.wallclock, id="loop")
+        with Horizontal(id="bottom"):
+            yield LoopLog(max_lines=app.log_lines, now=app.wallclock, id="loop")
+            yield SearchChart(id="chart")
         yield Footer(compact=True)
 
     @property
@@ -57,6 +61,10 @@ class MainScreen(Screen):
     def loop(self) -> LoopLog:
         return self.query_one(LoopLog)
 
+    @property
+    def chart(self) -> SearchChart:
+        return self.query_one(SearchChart)
+
     def show_snapshot(self, snapshot: dict) -> None:
         first = not self.matrix.row_keys
         with self.app.batch_update():
@@ -64,6 +72,7 @@ class MainScreen(Screen):
                 self.header.set_status(snapshot["status"])
             self.frontier_tree.show(snapshot)
             self.matrix.show(snapshot)
+            self.chart.show_curve(snapshot.get("curve"))
             names = {m["name"] for m in snapshot.get("members") or []}
             gone = self.selection is not None and self.selection.kind == "member" and self.selection.name not in names
             if first or self.selection is None or gone:  # nothing (or a pruned member) selected: the best
@@ -80,6 +89,21 @@ class MainScreen(Screen):
 
     def on_resize(self, event) -> None:
         fit_footer(self, event.size.width)
+        self._tree_hint()
+
+    def toggle_tree(self) -> None:
+        """Below 110 columns the tree is hidden (the matrix needs the width); f shows it."""
+        self.toggle_class("-tree")
+        self._tree_hint()
+
+    def _tree_hint(self) -> None:
+        hidden = self.has_class("-narrow") and not self.has_class("-tree")
+        hints = ["f: tree"] if hidden else []
+        matrix = self.matrix
+        if matrix.hints != hints:
+            matrix.hints = hints
+            if matrix._snapshot:
+                matrix.show(matrix._snapshot)
 
     def on_descendant_focus(self, event) -> None:
         # what is highlighted in the pane the operator moves to is what the keys act on;

@@ -1,6 +1,9 @@
 """The run header: run, task, phase, state (and why), elapsed and budget, best speedup on
 the primary shape, next cleanup, device, attempt counts and what the engine does now.
 
+The device sits at the right of the second line and is never cut: at 80 columns the
+other parts give way (with an ellipsis) first.
+
 Elapsed and the cleanup countdown tick locally between status answers (the engine is
 asked every few seconds, not every second); the clock is injectable so snapshot tests
 are stable.
@@ -11,6 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
@@ -22,6 +26,7 @@ STATE_BADGE = {
     "paused": ("‖ paused", "bold yellow"),
     "stopping": ("◼ stopping", "bold red"),
     "stopped": ("■ stopped", "bold red"),
+    "finished": ("✓ finished", "bold cyan"),
 }
 
 
@@ -38,7 +43,10 @@ def header_lines(status: dict | None, *, since_fetch: float = 0.0, lost: str | N
     st = status or {}
     state = st.get("state") or ""
     sep = (" · ", "dim")
-    if lost is not None:
+    if lost is not None and lost.startswith("no engine"):
+        tail = lost[len("no engine"):].strip()
+        badge = [("○ no engine", "bold reverse yellow"), (tail if tail.startswith(":") else f" {tail}", "yellow")]
+    elif lost is not None:
         badge = [("✗ engine gone", "bold reverse red"), (f" {lost}", "red")]
     elif not st:
         badge = [("… connecting", "dim")]
@@ -50,16 +58,17 @@ def header_lines(status: dict | None, *, since_fetch: float = 0.0, lost: str | N
     warning = (st.get("sandbox") or {}).get("warning")
     if warning:  # stays in sight for as long as it holds: first, after the state
         badge += [sep, (f"⚠ {warning}", "bold red")]
-    line1 = _line(*badge, sep, ("run ", "dim"), str(st.get("run") or "-"), sep, ("task ", "dim"),
-                  (str(st.get("task") or "-"), "bold"), sep, str(st.get("phase") or "-"),
-                  sep, ("agent ", "dim"), str(st.get("agent") or "-"))
+    line1 = _line(*badge, sep, ("task ", "dim"), (str(st.get("task") or "-"), "bold"), sep,
+                  str(st.get("phase") or "-"), sep, ("agent ", "dim"), str(st.get("agent") or "-"),
+                  sep, ("run ", "dim"), str(st.get("run") or "-"))
 
     running = state == "running" and lost is None
     elapsed = st.get("elapsed_s")
     if elapsed is not None and running:
         elapsed += since_fetch
     budget = st.get("budget") or {}
-    parts: list = [("elapsed ", "dim"), f"{fmt.duration(elapsed)}/{fmt.hours(budget.get('hours'))}"]
+    limit = f"/{fmt.hours(budget['hours'])}" if budget.get("hours") else ""  # attempts' limit: line 3
+    parts: list = [("elapsed ", "dim"), f"{fmt.duration(elapsed)}{limit}"]
     best = st.get("best")
     if best and best.get("speedup") is not None:
         t = fmt.trend(best["speedup"], 0.0)
@@ -72,9 +81,6 @@ def header_lines(status: dict | None, *, since_fetch: float = 0.0, lost: str | N
         if running:
             cleanup = max(0.0, cleanup - since_fetch)
         parts += [sep, ("cleanup in ", "dim"), fmt.duration(cleanup)]
-    device = st.get("device") or "-"
-    parts += [sep, (device + (" (interpreter: not GPU timings)" if device == "cpu" else ""),
-                    "yellow" if device == "cpu" else "")]
     line2 = _line(*parts)
 
     att = st.get("attempts") or {}
@@ -85,15 +91,37 @@ def header_lines(status: dict | None, *, since_fetch: float = 0.0, lost: str | N
              sep, ("now ", "dim")]
     cur = st.get("current")
     if progress is not None and running:
-        parts.append((f"#{progress.get('attempt')} {progress.get('stage', '')} {progress.get('i', '?')}/"
-                      f"{progress.get('n', '?')} {progress.get('shape', '')} {progress.get('label', '')}".strip(),
-                      "cyan"))
+        step = f"{progress.get('i')}/{progress.get('n')} " if progress.get("n") else ""
+        who = f"#{progress['attempt']}" if progress.get("attempt") else "operator job:"
+        parts.append((f"{who} {progress.get('stage', '')} {step}{progress.get('shape', '')} "
+                      f"{progress.get('label', '')}".strip(), "cyan"))
     elif cur:
-        parts.append((f"#{cur.get('attempt')} {cur.get('stage', '')} {cur.get('detail', '')}".strip(), "cyan"))
+        who = f"#{cur['attempt']} " if cur.get("attempt") else ""
+        parts.append((f"{who}{cur.get('stage', '')} {cur.get('detail', '')}".strip(), "cyan"))
     else:
         parts.append(("idle" if state != "running" else "waiting for the agent", "dim"))
     line3 = _line(*parts)
     return [line1, line2, line3]
+
+
+def is_cpu(status: dict | None) -> bool:
+    return str((status or {}).get("device") or "").lower().startswith("cpu")
+
+
+def device_text(status: dict | None) -> Text:
+    """The device, whole: `CPU · Triton interpreter` in CPU mode, else the GPU's name."""
+    if is_cpu(status):
+        return _line(("CPU · Triton interpreter", "bold yellow"))
+    return _line((str((status or {}).get("device") or "-"), "bold"))
+
+
+def header_grid(lines: list[Text], device: Text):
+    """The three lines, the device at the right of the second one and never cut."""
+    grid = Table.grid(expand=True, padding=(0, 0))
+    grid.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
+    grid.add_column(no_wrap=True, justify="right", min_width=device.cell_len + 2)
+    grid.add_row(lines[1], Text.assemble(("  ", ""), device))
+    return Group(lines[0], grid, lines[2])
 
 
 class RunHeader(Static):
@@ -114,10 +142,11 @@ class RunHeader(Static):
             self.progress = None
         self.status = status
 
-    def tick(self) -> None:
+    def tick(self) -> None:  # noqa: D102
         if self.status and self.status.get("state") == "running" and self.lost is None:
             self.refresh()
 
     def render(self):
         since = self._clock() - self._fetched_at
-        return Group(*header_lines(self.status, since_fetch=since, lost=self.lost, progress=self.progress))
+        lines = header_lines(self.status, since_fetch=since, lost=self.lost, progress=self.progress)
+        return header_grid(lines, device_text(self.status))

@@ -29,7 +29,7 @@ def member_label(member: dict, primary: str | None) -> Text:
 
 
 class FrontierTree(Tree[Selection]):
-    BINDINGS = [Binding("enter", "select_cursor", "Open", key_display="⏎", id="details")]
+    BINDINGS = [Binding("enter", "select_cursor", "Open", key_display="⏎", id="details", show=False)]
     BORDER_TITLE = "frontier"
 
     def __init__(self, **kwargs):

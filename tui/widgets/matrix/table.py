@@ -1,5 +1,10 @@
 """The timing matrix: every kept or recent candidate on every shape of the task.
 
+When the shapes do not all fit the width (80 columns and many shapes), the primary shape
+stays and the others show a page at a time: the border title says which (`shapes 1-3 of
+8`) and that `]` / `[` page through them, so nothing is hidden without a hint. `t`
+switches the cells between ms normalized to the baseline row and the measured figures.
+
 Rows are keyed and updated in place (dolphie style): a fresh snapshot changes only the
 cells whose figures changed, inside `batch_update()`. Rows are removed one by one when
 they leave (a pruned member, the oldest attempt scrolling out of the last N) and the
@@ -14,19 +19,41 @@ from textual.binding import Binding
 from textual.widgets import DataTable
 
 from ...messages import OpenDetails, Selected, Selection
-from .rows import MatrixRow, matrix_rows
+from .rows import LABEL_WIDTH, MEASURED, NORMALIZED, MatrixRow, matrix_rows
 
 LABEL_COLUMN = "_label"
+CELL_WIDTH = {"normalized": 15, "measured": 20}  # "▲1.34x 2.45ms", "▲1.34x 2.45/3.28ms", with padding
+
+
+def header_label(shape: str, primary: bool) -> Text:
+    """A shape's column header on two lines (`b1_t100_h2` / `_k32_v32`), so a long name
+    does not make its column wider than its cells."""
+    cut = shape.find("_k") if len(shape) > 12 else -1
+    top, bottom = (shape[:cut], shape[cut:]) if cut > 0 else (shape, "")
+    if primary:
+        return Text.assemble(("◆ ", "bold yellow"), (top, "bold"), *(("\n", ("  " + bottom, "bold")) if bottom else ()))
+    return Text(top + ("\n" + bottom if bottom else ""))
+TITLE = "timing matrix · ▲ faster ▼ slower ≈ noise"
 
 
 class TimingMatrix(DataTable):
     # enter opens the candidate; shown in the footer (the base binding is hidden)
-    BINDINGS = [Binding("enter", "select_cursor", "Open", key_display="⏎", id="details")]
-    BORDER_TITLE = "timing matrix · speedup over the baseline (▲ faster ▼ slower ≈ noise)"
+    BINDINGS = [
+        Binding("enter", "select_cursor", "Open", key_display="⏎", id="details", show=False),
+        Binding("right_square_bracket", "shapes(1)", "More shapes", show=False, id="matrix.next_shapes"),
+        Binding("left_square_bracket", "shapes(-1)", "Shapes back", show=False, id="matrix.prev_shapes"),
+        Binding("t", "timings", "ms", show=False, id="matrix.timings"),
+    ]
+    BORDER_TITLE = TITLE
 
     def __init__(self, *, recent: int = 20, **kwargs):
-        super().__init__(cursor_type="row", fixed_columns=1, zebra_stripes=False, **kwargs)
+        super().__init__(cursor_type="row", fixed_columns=1, zebra_stripes=False, header_height=2, **kwargs)
         self.recent = recent
+        self.hints: list[str] = []  # more hints for the title (the screen's: "f: tree")
+        self.mode = NORMALIZED
+        self.page = 0  # which page of the non-primary shapes shows when they do not all fit
+        self._snapshot: dict = {}
+        self._fit = 0  # how many shapes fit the width (0: not measured yet)
         self._columns_sig: tuple = ()
         self._shapes: tuple[str, ...] = ()
         self._order: list[str] = []
@@ -53,10 +80,62 @@ class TimingMatrix(DataTable):
 
     # ------------------------------------------------------------------ updating
 
+    def fitting(self, width: int | None = None) -> int:
+        """How many shape columns fit in the width (at least one)."""
+        width = self.size.width if width is None else width
+        if width <= 0:
+            return 1 << 16
+        return max(1, (width - (LABEL_WIDTH + 2) - 2) // CELL_WIDTH[self.mode])
+
+    def visible_shapes(self, shapes: list[str], primary: str | None) -> tuple[list[str], str]:
+        """The shapes that show now, and the hint to put in the title ("" when all show)."""
+        fit = self.fitting()
+        if len(shapes) <= fit:
+            return shapes, ""
+        first = [primary] if primary in shapes else shapes[:1]
+        others = [s for s in shapes if s not in first]
+        per = max(1, fit - len(first))
+        pages = (len(others) + per - 1) // per
+        self.page %= pages
+        lo = self.page * per
+        page = others[lo:lo + per]
+        return first + page, f"{1 + len(page)} of {len(shapes)} shapes: ] [ more"
+
+    def on_resize(self, event) -> None:
+        fit = self.fitting(event.size.width)
+        if fit != self._fit and self._snapshot:
+            self._fit = fit
+            self.show(self._snapshot)
+        self._fit = fit
+
+    def action_shapes(self, step: int) -> None:
+        self.page += step
+        if self._snapshot:
+            self.show(self._snapshot)
+
+    def action_timings(self) -> None:
+        self.mode = MEASURED if self.mode == NORMALIZED else NORMALIZED
+        if self._snapshot:
+            self.show(self._snapshot)
+        self.app.notify("cells show the measured ms: candidate / its own baseline" if self.mode == MEASURED
+                        else "cells show ms normalized to the baseline row (baseline-row ms / speedup)",
+                        title="timing matrix", timeout=4)
+
+    def _titles(self, snapshot: dict, hint: str) -> None:
+        mode = "ms measured: candidate/own baseline" if self.mode == MEASURED else "ms at the baseline row's pace"
+        self.border_title = " · ".join([TITLE, f"{mode} (t)"])
+        device = str((snapshot.get("status") or {}).get("device") or "")
+        cpu = "CPU: interpreter timings are not performance figures" if device.lower().startswith("cpu") else ""
+        self.border_subtitle = " · ".join(x for x in (hint, *self.hints, cpu) if x)
+
     def show(self, snapshot: dict) -> None:
-        rows = matrix_rows(snapshot, self.recent)
-        shapes = tuple(s["name"] for s in snapshot.get("shapes") or [])
+        self._snapshot = snapshot
+        rows = matrix_rows(snapshot, self.recent, self.mode)
+        all_shapes = [s["name"] for s in snapshot.get("shapes") or []]
         primary = next((s["name"] for s in snapshot.get("shapes") or [] if s.get("primary")), None)
+        visible, hint = self.visible_shapes(all_shapes, primary)
+        shapes = tuple(visible)
+        self._titles(snapshot, hint)
         keep = self.cursor_key()
         with self.app.batch_update():
             if (shapes, primary) != self._columns_sig:
@@ -83,8 +162,7 @@ class TimingMatrix(DataTable):
         self._order, self._sigs, self._selections = [], {}, {}
         self.add_column("candidate", key=LABEL_COLUMN)
         for s in shapes:
-            label = Text.assemble(("◆ ", "bold yellow"), (s, "bold")) if s == primary else Text(s)
-            self.add_column(label, key=s)
+            self.add_column(header_label(s, s == primary), key=s)
         self._shapes = shapes
         self._columns_sig = (shapes, primary)
 
@@ -107,12 +185,13 @@ class TimingMatrix(DataTable):
             return
         old_label, old_cells, old_status = old
         new_label, new_cells, new_status = new
+        shown = set(self._shapes)
         if old_label != new_label:
             self.update_cell(row.key, LABEL_COLUMN, row.label(), update_width=True)
             self.updates += 1
         old_map = dict(old_cells)
         for shape, sig in new_cells:
-            if old_map.get(shape) != sig or old_status != new_status:
+            if shape in shown and (old_map.get(shape) != sig or old_status != new_status):
                 self.update_cell(row.key, shape, row.cell(shape), update_width=True)
                 self.updates += 1
         self._sigs[row.key] = new
