@@ -26,7 +26,7 @@ def cmd_bench(args) -> int:
         evaluations = evaluate_in_run(run_socket, args.candidate, names, timing=True, quiet=args.json)
     else:
         try:
-            evaluator = make_evaluator(args.backend, timeout_s=args.timeout)
+            evaluator = make_evaluator(args.backend, timeout_s=args.timeout, spare=False)
         except EvaluatorError as e:
             raise UserError(str(e)) from None
         with evaluator:

@@ -61,7 +61,7 @@ def cmd_check(args) -> int:
         evaluations = evaluate_in_run(run_socket, args.candidate, [s.name for s in shapes], timing=False,
                                       quiet=args.json)
     else:
-        with make_evaluator("local") as evaluator:
+        with make_evaluator("local", spare=False) as evaluator:
             say_device("cpu" if evaluator.device_kind == "cpu" else "cuda", args.json)
             say_sandbox(evaluator)
             with bench_progress([s.name for s in shapes], quiet=args.json) as on_event:

@@ -23,72 +23,14 @@ import torch
 
 from . import candidate as cand
 from .probes import ProbeInputs, Tolerance, make_probe, perturb_, probe_names
+from .records import HARNESS_VERSION, VERDICTS, CheckReport, CheckResult, worst  # noqa: F401 (re-exported)
 from .task import Shape, Task
 
-HARNESS_VERSION = "1"
-VERDICTS = ("PASS", "FAIL", "FLAKY", "SUSPECT", "ERROR")
 # Two runs on identical inputs may differ by rounding (atomics); beyond this share of the
 # reference's RMS the difference is a race, not rounding.
 FLAKY_RMS = 1e-2
 
 Progress = Callable[[int, int, str], None]
-
-
-@dataclass
-class CheckResult:
-    probe: str
-    verdict: str
-    reason: str = ""
-    max_abs: float = 0.0
-    max_rel: float = 0.0
-    rms_ratio: float = 0.0
-    output: str = ""  # which output the figures describe: the worse of o and final_state
-    seconds: float = 0.0
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict == "PASS"
-
-
-@dataclass
-class CheckReport:
-    candidate: str
-    task: str
-    shape: str
-    dims: dict
-    device: str
-    harness: str = HARNESS_VERSION
-    results: list[CheckResult] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def verdict(self) -> str:
-        return worst([r.verdict for r in self.results]) if self.results else "ERROR"
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict == "PASS"
-
-    def first_problem(self) -> CheckResult | None:
-        return next((r for r in self.results if not r.passed), None)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["verdict"] = self.verdict
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "CheckReport":
-        d = {k: v for k, v in d.items() if k != "verdict"}
-        d["results"] = [CheckResult(**r) for r in d.get("results", [])]
-        return cls(**d)
-
-
-def worst(verdicts: list[str]) -> str:
-    for v in ("ERROR", "FAIL", "SUSPECT", "FLAKY"):
-        if v in verdicts:
-            return v
-    return "PASS"
 
 
 class CandidateFault(Exception):

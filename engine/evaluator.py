@@ -41,8 +41,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from . import sandbox
-from .checks import HARNESS_VERSION
-from .records import Evaluation
+from .records import HARNESS_VERSION, Evaluation
 from .task import Shape, Task
 
 ProgressFn = Callable[[dict], None]
@@ -116,6 +115,8 @@ def visible_devices() -> list[str]:
         ids = list(itertools.takewhile(lambda d: not d.startswith("-"), ids))
         if not ids:
             return ["cpu"]
+    if not any(d.startswith("nvidia") for d in _dev_entries()):
+        return ["cpu"]  # no NVIDIA device nodes: no need to import torch to know (a fast `kdatui check`)
     try:
         import torch
 
@@ -125,6 +126,13 @@ def visible_devices() -> list[str]:
     if n == 0:
         return ["cpu"]
     return ids[:n] if env is not None else [str(i) for i in range(n)]
+
+
+def _dev_entries() -> list[str]:
+    try:
+        return os.listdir("/dev")
+    except OSError:
+        return ["nvidia?"]  # cannot tell: ask torch
 
 
 # --------------------------------------------------------------------------- one process
@@ -146,7 +154,7 @@ class WorkerProcess:
     """One judge subprocess (the slot's worker) in its own process group, and the pipes to it."""
 
     def __init__(self, device: str, *, name: str, memory_limit: int, reference_cache: int, workdir: Path,
-                 env: dict):
+                 env: dict, spare: bool = True):
         self.device = device  # "cpu" or the CUDA_VISIBLE_DEVICES entry
         self.log_path = workdir / f"judge-{name}.log"
         self.info: dict | None = None  # the "ready" message
@@ -155,10 +163,12 @@ class WorkerProcess:
         self._killed = False
         self.workdir = workdir / f"judge-{name}"
         self.workdir.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-P", "-m", "kdatui.engine.judge", "--parent-pid", str(os.getpid()),
+        args = [sys.executable, "-P", "-m", "kdatui.engine.judge_main", "--parent-pid", str(os.getpid()),
                 "--device", "cpu" if device == "cpu" else "cuda", "--workdir", str(self.workdir)]
         if device == "cpu" and memory_limit:
             args += ["--memory-limit", str(memory_limit)]
+        if not spare:
+            args.append("--no-spare")
         if device == "cpu" and memory_limit and reference_cache:
             reference_cache = min(reference_cache, memory_limit // 4)  # far inside the address-space limit
         args += ["--reference-cache", str(reference_cache)]
@@ -287,11 +297,12 @@ class WorkerSlot:
     fresh one started at once, so it is warming up while the failure is reported."""
 
     def __init__(self, device: str, label: str, *, memory_limit: int, reference_cache: int, workdir: Path,
-                 env: dict, live: set, startup_timeout_s: float, recycle_after: int):
+                 env: dict, live: set, startup_timeout_s: float, recycle_after: int, spare: bool = True):
         self.device = device
         self.label = label  # how events name this worker: "cpu", "cuda:0", ...
         self.device_name = "cpu" if device == "cpu" else ""  # learned from the worker's "ready"
-        self._kw = dict(memory_limit=memory_limit, reference_cache=reference_cache, workdir=workdir, env=env)
+        self._kw = dict(memory_limit=memory_limit, reference_cache=reference_cache, workdir=workdir, env=env,
+                        spare=spare)
         self._live = live
         self._serial = itertools.count()
         self.startup_timeout_s = startup_timeout_s
@@ -413,7 +424,9 @@ class LocalEvaluator(Evaluator):
                  reference_cache: int = DEFAULT_REFERENCE_CACHE,
                  log_dir: str | Path | None = None,
                  startup_timeout_s: float = STARTUP_TIMEOUT_S, recycle_after: int = RECYCLE_AFTER,
-                 env: dict | None = None):
+                 env: dict | None = None, spare: bool = True):
+        """`spare=False`: each judge keeps no spare executor starting for a next candidate
+        (for one-shot use, `kdatui check` and `bench`: nothing competes with the first)."""
         self.devices = list(devices) if devices else visible_devices()
         self.timeout_s = timeout_s  # overrides every task's bench.timeout_s when set
         self._own_dir = log_dir is None
@@ -427,7 +440,8 @@ class LocalEvaluator(Evaluator):
         self._idle: queue.Queue[WorkerSlot] = queue.Queue()
         self.slots = [WorkerSlot(d, _slot_label(d, i, self.devices), memory_limit=memory_limit or 0,
                                  reference_cache=reference_cache, workdir=self.workdir, env=dict(env if env is not None else os.environ),
-                                 live=self._live, startup_timeout_s=startup_timeout_s, recycle_after=recycle_after)
+                                 live=self._live, startup_timeout_s=startup_timeout_s, recycle_after=recycle_after,
+                                 spare=spare)
                       for i, d in enumerate(self.devices)]
         for s in self.slots:
             self._idle.put(s)

@@ -368,12 +368,14 @@ class ExecutorPool:
 
     def __init__(self, device: str, workdir: Path, *, env: dict, repos: list[Path] | None = None,
                  memory_limit: int = 0, spare: bool = True):
+        """`spare`: start one executor now (the first candidate's); `want_spare`: keep one
+        more starting behind each candidate taken."""
         self.device, self.workdir, self.env = device, Path(workdir), dict(env)
         self.repos, self.memory_limit = repos or [], memory_limit
         self.info = sandbox.detect()
         self._serial = itertools.count()
         self._spare: Executor | None = None
-        self._want_spare = spare
+        self.want_spare = spare
         self.baseline: Executor | None = None
         self.baseline_path = ""
         self._live: set[Executor] = set()
@@ -389,7 +391,7 @@ class ExecutorPool:
     def take(self) -> Executor:
         """A started executor for the next candidate (and a new spare starting)."""
         e = self._spare if self._spare is not None and self._spare.alive() else self._start()
-        self._spare = self._start() if self._want_spare else None
+        self._spare = self._start() if self.want_spare else None
         return e
 
     def retire(self, e: Executor) -> None:

@@ -1,7 +1,9 @@
 """The judge: checks, references, timing and verdicts, out of the candidate's reach.
 
 One judge process per GPU (or one on the CPU), started by the evaluator as
-`python -P -m kdatui.engine.judge --device cpu|cuda`. It never imports candidate code: it
+`python -P -m kdatui.engine.judge_main --device cpu|cuda` (engine/judge_main.py: the process,
+its channel to the evaluator and the protocol; this module: the judging). It never imports
+candidate code: it
 reads a candidate's files as bytes, checks them statically, and hands them to an executor
 (engine/executor.py: a sandboxed process running engine/runner.py) that imports them. The
 judge makes every input (the holdout's from the salt, which only it reads), computes and
@@ -11,28 +13,16 @@ done, compares, times (engine/timing.py), audits timed outputs picked after the 
 writes the Evaluation. A crash, hang, CUDA error or OOM in the executor is an ERROR naming
 it; the judge goes on, and a fresh executor serves the next candidate.
 
-Protocol with the evaluator (JSON lines; the judge's stdout is set aside for it at startup,
-fd 1 then points at stderr):
-
-  evaluator -> judge   {"op": "evaluate", "id", "task_toml", "task_name", "shape", "candidate",
-                        "timing": bool}  |  {"op": "exit"}
-  judge -> evaluator   {"event": "ready", "pid", "device", "torch", "triton", "harness", "sandbox"}
-                       {"event": "progress", "id", "phase", ...}
-                       {"event": "result", "id", "evaluation": {...}}
+The protocol with the evaluator is in engine/judge_main.py.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import secrets
 import statistics
-import sys
 import tempfile
-import threading
 import time
-import traceback
 from collections import OrderedDict
 from pathlib import Path
 
@@ -241,11 +231,22 @@ def _dims(p: ProbeInputs) -> dict:
     return {"B": B, "T": T, "H": H, "K": K, "V": p.v.shape[-1]}
 
 
+_ONE_OFF: dict[str, ExecutorPool] = {}
+
+
 def one_off_session(candidate: str, device: str, shape, timeout_s: float = 600.0):
     """A candidate in an executor of its own, for `run_checks` called without a judge
-    (tests, scripts): closing it stops the executor."""
-    workdir = Path(tempfile.mkdtemp(prefix="kdatui-exec-"))
-    pool = ExecutorPool(device, workdir, env=dict(os.environ), repos=_repos_near(candidate), spare=False)
+    (tests, scripts): closing it stops the executor. A spare executor is kept starting for
+    the next call in this process (so a series of checks does not wait for each start)."""
+    pool = _ONE_OFF.get(device)
+    if pool is None:
+        import atexit
+        import shutil
+
+        workdir = Path(tempfile.mkdtemp(prefix="kdatui-exec-"))
+        pool = _ONE_OFF[device] = ExecutorPool(device, workdir, env=dict(os.environ), spare=True)
+        atexit.register(lambda: (pool.close(), shutil.rmtree(workdir, ignore_errors=True)))
+    pool.repos = _repos_near(candidate)
     files, module = read_candidate(candidate)
     s = CandidateSession(pool.take(), device, files, module, timeout_s=timeout_s)
     closer = s.close
@@ -254,10 +255,7 @@ def one_off_session(candidate: str, device: str, shape, timeout_s: float = 600.0
         try:
             closer()
         finally:
-            pool.close()
-            import shutil
-
-            shutil.rmtree(workdir, ignore_errors=True)
+            pool.retire(s.ex)
     s.close = close
     return s
 
@@ -506,11 +504,11 @@ class _Progress:
 
 class Judge:
     def __init__(self, device: str, *, workdir: Path, reference_cache: int, memory_limit: int = 0,
-                 env: dict | None = None, spare: bool = True):
+                 env: dict | None = None, spare: bool = True, pool: ExecutorPool | None = None):
         self.device = device
         self.device_name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-        self.pool = ExecutorPool(device, workdir, env=env if env is not None else dict(os.environ),
-                                 memory_limit=memory_limit, spare=spare)
+        self.pool = pool or ExecutorPool(device, workdir, env=env if env is not None else dict(os.environ),
+                                         memory_limit=memory_limit, spare=spare)
         self.references = ReferenceCache(reference_cache)
         self.current: CandidateSession | None = None
         self.baseline: CandidateSession | None = None
@@ -667,103 +665,3 @@ class _NoExecutor:
 def _first_line(e: BaseException) -> str:
     s = str(e).strip()
     return s.splitlines()[0][:200] if s else ""
-
-
-# --------------------------------------------------------------------------- the process
-
-class _Channel:
-    """The message channel to the evaluator (the judge's original stdout)."""
-
-    def __init__(self) -> None:
-        self._out = os.fdopen(os.dup(1), "w", buffering=1)
-        os.dup2(2, 1)
-        sys.stdout = sys.stderr
-        self._lock = threading.Lock()
-
-    def send(self, msg: dict) -> None:
-        line = json.dumps(msg, default=str)
-        with self._lock:
-            self._out.write(line + "\n")
-            self._out.flush()
-
-
-def _watch_parent(parent_pid: int) -> None:
-    """Exit with the evaluator: a judge left behind would hold a GPU (its executors die with
-    it: they carry PR_SET_PDEATHSIG / bubblewrap's --die-with-parent)."""
-
-    def watch():
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent_pid:
-                try:
-                    os.killpg(0, 9)
-                finally:
-                    os._exit(70)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
-def _run_job(ch: _Channel, judge: Judge, msg: dict) -> None:
-    from .task import load_task_text
-
-    task = load_task_text(msg["task_toml"], f"task {msg.get('task_name', '')} (sent to the judge)")
-    shape = task.shape(msg["shape"])
-    salt = None
-    if task.contract.holdout:
-        from .probes import holdout_salt
-
-        salt = holdout_salt()  # read here, by the judge alone: it never travels
-    progress = _Progress(ch.send, msg["id"], shape.name, len(check_steps(task)),
-                         task.bench.trials if msg.get("timing", True) else 0)
-    try:
-        ev = judge.evaluate(task, shape, msg["candidate"], timing=msg.get("timing", True), salt=salt, progress=progress,
-                            timeout_s=msg.get("timeout_s"))
-    except Exception as e:  # the harness itself failed
-        ev = Evaluation.error(msg["candidate"], task.name, shape, f"harness: {type(e).__name__}: {_first_line(e)}",
-                              device=judge.device_name, harness=HARNESS_VERSION)
-        ev.log = traceback.format_exc()[-4000:]
-        judge._retire_current()
-    ch.send({"event": "result", "id": msg["id"], "evaluation": ev.to_dict()})
-    judge.after()
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kdatui.engine.judge")
-    ap.add_argument("--device", choices=("cuda", "cpu"), required=True)
-    ap.add_argument("--memory-limit", type=int, default=0, help="RLIMIT_AS of each CPU executor (0 = none)")
-    ap.add_argument("--parent-pid", type=int, default=0)
-    ap.add_argument("--reference-cache", type=int, default=0,
-                    help="bytes of fp64 reference outputs kept between evaluations (0 = none)")
-    ap.add_argument("--workdir", required=True, help="where executors keep their folders and logs")
-    args = ap.parse_args(argv)
-    ch = _Channel()
-    import faulthandler
-
-    faulthandler.enable(file=sys.stderr)
-    if args.parent_pid:
-        _watch_parent(args.parent_pid)
-    if args.device == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"
-    import triton
-
-    judge = Judge(args.device, workdir=Path(args.workdir), reference_cache=args.reference_cache,
-                  memory_limit=args.memory_limit)
-    ch.send({"event": "ready", "pid": os.getpid(), "device": judge.device_name, "torch": torch.__version__,
-             "triton": triton.__version__, "harness": HARNESS_VERSION, "sandbox": judge.sandbox.to_dict()})
-    try:
-        for line in sys.stdin:
-            if not line.strip():
-                continue
-            msg = json.loads(line)
-            if msg.get("op") == "exit":
-                break
-            if msg.get("op") == "evaluate":
-                _run_job(ch, judge, msg)
-    finally:
-        judge.close()
-        sys.stderr.flush()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,11 +1,71 @@
-"""Plain records that cross module and process boundaries (JSON round trip)."""
+"""Plain records that cross module and process boundaries (JSON round trip): the checks'
+verdicts and an evaluation. No torch here: the CLI, the store and the TUI read them cheaply."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .checks import CheckReport, worst
 from .timing import PairedTiming
+
+HARNESS_VERSION = "2"  # 2: judge and sandboxed executor; batch timing on fresh inputs (2026-12-01)
+VERDICTS = ("PASS", "FAIL", "FLAKY", "SUSPECT", "ERROR")
+
+
+@dataclass
+class CheckResult:
+    probe: str
+    verdict: str
+    reason: str = ""
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    rms_ratio: float = 0.0
+    output: str = ""  # which output the figures describe: the worse of o and final_state
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "PASS"
+
+
+@dataclass
+class CheckReport:
+    candidate: str
+    task: str
+    shape: str
+    dims: dict
+    device: str
+    harness: str = HARNESS_VERSION
+    results: list[CheckResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def verdict(self) -> str:
+        return worst([r.verdict for r in self.results]) if self.results else "ERROR"
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "PASS"
+
+    def first_problem(self) -> CheckResult | None:
+        return next((r for r in self.results if not r.passed), None)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["verdict"] = self.verdict
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CheckReport":
+        d = {k: v for k, v in d.items() if k != "verdict"}
+        d["results"] = [CheckResult(**r) for r in d.get("results", [])]
+        return cls(**d)
+
+
+def worst(verdicts: list[str]) -> str:
+    for v in ("ERROR", "FAIL", "SUSPECT", "FLAKY"):
+        if v in verdicts:
+            return v
+    return "PASS"
 
 
 @dataclass
@@ -16,11 +76,11 @@ class Evaluation:
     task: str
     shape: str
     dims: dict
-    verdict: str  # PASS / FAIL / FLAKY / ERROR over checks, timing and the post-timing check
+    verdict: str  # PASS / FAIL / FLAKY / SUSPECT / ERROR over checks, timing and the post-timing audit
     reason: str = ""  # one line: why not PASS (empty when PASS)
     checks: CheckReport | None = None
     timing: PairedTiming | None = None
-    post_timing: str = ""  # verdict of the check of the last timed output ("" if not timed)
+    post_timing: str = ""  # verdict of the audit of timed outputs picked after the fact ("" if not timed)
     baseline: str = ""  # "fla", "torch", or a kernel path
     device: str = ""
     harness: str = ""

@@ -276,7 +276,7 @@ def agent_launch(argv: list[str], *, worktree: Path, env: dict[str, str], networ
     if info.kind != "bwrap":
         return Launch(list(argv), env, None, info)  # the uid fallback cannot keep a CLI's own config usable
     admin = _worktree_admin_dir(worktree)
-    repo = admin.parents[1] if admin is not None and admin.parent.name == "worktrees" else None
+    repo = admin.parents[2] if admin is not None and admin.parent.name == "worktrees" else None
     wrap = [info.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     if not network:

@@ -26,6 +26,13 @@ from kdatui.kernels.kda import torch_chunked
 SCRIPT = Path(__file__).parent / "agents" / "scripted_agent.py"
 
 
+@pytest.fixture(autouse=True)
+def plumbing_without_the_sandbox(monkeypatch):
+    """These tests watch the command plumbing write where they look (outside the worktree);
+    the agent's sandbox is tested in tests/test_trust.py."""
+    monkeypatch.setenv("KDATUI_SANDBOX", "none")
+
+
 def scripted(name: str = "scripted", *args: str, timeout_s: float | None = None, env=None) -> AgentConfig:
     extra = " ".join(args)
     return AgentConfig(name=name, command=f"{SCRIPT} {{prompt_file}} {extra}".strip(), timeout_s=timeout_s,

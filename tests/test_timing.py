@@ -43,6 +43,9 @@ def test_a_batch_whose_events_fall_short_of_the_wall_is_credited_the_wall():
     # a clock that stops, or work on a side stream: 10 calls report 0.1 ms, the wall says 10 ms
     credited, flag = bound_by_wall([0.1] * 10, 10.5, 0.05)
     assert abs(credited - 1.0) < 1e-9 and flag.startswith("wall-bound")
+    # however short the batch: a clock that reads ~0 while the calls took 1.5 ms
+    credited, flag = bound_by_wall([0.001] * 3, 1.6, 0.03)
+    assert flag.startswith("wall-bound") and credited > 0.4
 
 
 def test_a_time_below_the_byte_floor_is_suspect():

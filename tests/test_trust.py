@@ -302,3 +302,67 @@ def test_a_run_keeps_every_attack_off_the_frontier(tmp_path, config_dir):
         assert "SUSPECT" in text and "5a17" * 16 not in text
     finally:
         _cli("stop", cwd=repo, env=env)
+
+
+# --------------------------------------------------------------------------- a coding agent's turn
+
+@pytest.mark.skipif(SANDBOX.kind != "bwrap", reason=f"the agent sandbox needs bubblewrap: {SANDBOX.reason}")
+def test_an_agent_turn_writes_its_worktree_only_and_reads_no_salt_or_store(tmp_path, cpu_task, monkeypatch):
+    import random
+
+    from frontier_support import make_repo
+    from kdatui.engine.agents.base import AgentContext, Plan
+    from kdatui.engine.agents.command import AgentConfig, CommandAgent
+
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "holdout_salt").write_text("5a17" * 16)
+    monkeypatch.setenv("KDATUI_CONFIG_DIR", str(config))
+    repo = make_repo(tmp_path / "repo", {"tiny.toml": TINY.read_text()})
+    (repo / ".frontier").mkdir(exist_ok=True)
+    (repo / ".frontier" / "kdatui.db").write_text("STORE")
+    wt = repo / ".frontier" / "worktrees" / "1"
+    subprocess.run(["git", "worktree", "add", "-q", "-b", "kdatui/scratch/r/1", str(wt)], cwd=repo, check=True)
+    cdir = wt / "candidates" / cpu_task.name
+    cdir.mkdir(parents=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    script = repo / "agent_probe.py"  # in the repo's tree: readable in the turn (read-only)
+    script.write_text(f"""
+import json, os, subprocess, sys
+out = {{}}
+def attempt(name, f):
+    try:
+        f(); out[name] = "ok"
+    except Exception as e:
+        out[name] = "no: " + type(e).__name__
+attempt("read_salt", lambda: open({str(config / "holdout_salt")!r}).read())
+attempt("read_store", lambda: open({str(repo / ".frontier" / "kdatui.db")!r}).read())
+attempt("write_repo", lambda: open({str(repo / "planted.txt")!r}, "w").write("x"))
+attempt("write_home", lambda: open(os.path.expanduser("~/.kdatui-agent-test"), "w").write("x"))
+r = subprocess.run(["git", "update-ref", "refs/heads/frontier/t/evil", "HEAD"], capture_output=True)
+out["move_ref"] = "ok" if r.returncode == 0 else "no"
+r = subprocess.run(["git", "status", "--short"], capture_output=True, text=True)
+out["git_status"] = "ok" if r.returncode == 0 else "no: " + r.stderr[-200:]
+cdir = os.environ["KDATUI_CANDIDATE_DIR"]
+open(os.path.join(cdir, "kernel.py"), "w").write(open({str(HONEST)!r}).read())
+open(os.path.join(cdir, "found.json"), "w").write(json.dumps(out))
+""")
+    cfg = AgentConfig("probe", f"{sys.executable} {script}", network=False)
+    ctx = AgentContext(task=cpu_task, run_id="r", members=[], history=[], notes=[], feedback=[],
+                       log=lambda line: None, rng=random.Random(0), engine_socket=None, timeout_s=120)
+    try:
+        result = CommandAgent([cfg]).work(ctx, Plan("torch", "probe-1", None, ""), wt, cdir)
+    finally:
+        home_mark = Path.home() / ".kdatui-agent-test"
+        home_written = home_mark.exists()
+        home_mark.unlink(missing_ok=True)
+    assert result.ok, result.reason  # it could write its own worktree
+    found = json.loads((cdir / "found.json").read_text())
+    assert found["read_salt"].startswith("no") and found["read_store"].startswith("no"), found
+    assert found["write_repo"].startswith("no") and found["move_ref"] == "no", found
+    assert found["git_status"] == "ok", found  # the review tools still work in its worktree
+    assert not (repo / "planted.txt").exists()
+    assert home_written and found["write_home"] == "ok"  # a CLI keeps its own logins in the home dir
+    refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)"], cwd=repo, capture_output=True, text=True).stdout
+    assert "frontier/t/evil" not in refs
+    assert subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip() == head

@@ -174,7 +174,7 @@ def rules_section(task: Task, cdir: str, task_file: str, timeout_s: float, socke
         f"`{cdir}/IDEA.md`. Other `.py` files in that folder belong to the candidate too.",
         f"- Self-contained: the candidate imports nothing from {FORBIDDEN}, nor from other candidates or "
         "scratch files. torch and triton are fine. Copy no code from fla or FlashKDA; derive it from the math.",
-        "- IDEA.md: a first line `family: <name>` (fused, split, or a new family name when the structure is "
+        "- IDEA.md: a first line `family: <name>` (fused, split, wide, or a new family name when the structure is "
         "new), optionally `name: <short-descriptive-slug>` (e.g. `split-bv32-c16`), then one paragraph: "
         "the idea, what changed against the parent, and what it should gain.",
         f"- Check: `kdatui check --task {task_file} --candidate {cdir}`",
