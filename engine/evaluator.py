@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from . import sandbox
+from .executor import describe_status
 from .records import HARNESS_VERSION, Evaluation
 from .task import Shape, Task
 
@@ -56,14 +57,6 @@ EXIT_GRACE_S = 2.0  # how long close() lets idle workers leave on their own befo
 RECYCLE_AFTER = 200  # evaluations per worker before a fresh one (loaded candidates accumulate)
 LOG_TAIL_CHARS = 3000
 
-SIGNAL_MEANING = {
-    "SIGSEGV": "segmentation fault",
-    "SIGBUS": "bus error",
-    "SIGABRT": "aborted",
-    "SIGFPE": "arithmetic fault",
-    "SIGILL": "illegal instruction",
-    "SIGKILL": "killed, possibly by the kernel's out-of-memory killer",
-}
 
 
 class EvaluatorError(Exception):
@@ -265,18 +258,9 @@ class WorkerProcess:
 
     def describe_exit(self) -> str:
         rc = self.exit_status()
-        if rc is None:
-            return "worker closed its pipe but did not exit"
-        if rc < 0:
-            try:
-                name = signal.Signals(-rc).name
-            except ValueError:
-                name = f"signal {-rc}"
-            meaning = SIGNAL_MEANING.get(name)
-            return f"judge killed by signal {name}" + (f" ({meaning})" if meaning else "")
         if rc == 70:
             return "judge exited because it lost its evaluator"
-        return f"judge exited with status {rc}"
+        return describe_status(rc, "judge")
 
     def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
         try:

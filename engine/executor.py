@@ -314,17 +314,8 @@ class Executor:
         try:
             rc = self.proc.wait(timeout=5.0)
         except subprocess.TimeoutExpired:
-            return "executor closed its channel but did not exit"
-        if self.sandbox.kind == "bwrap" and rc > 128:
-            rc = -(rc - 128)  # bubblewrap's init passes a child's death by signal on as 128 + signal
-        if rc < 0:
-            try:
-                name = signal.Signals(-rc).name
-            except ValueError:
-                name = f"signal {-rc}"
-            meaning = SIGNAL_MEANING.get(name)
-            return f"executor killed by signal {name}" + (f" ({meaning})" if meaning else "")
-        return f"executor exited with status {rc}"
+            rc = None
+        return describe_status(rc, "executor", bwrap=self.sandbox.kind == "bwrap")
 
     def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
         try:
@@ -346,15 +337,23 @@ def _die_with_parent() -> None:
 
 
 def _trusted_env(env: dict, device: str) -> dict:
-    env = dict(env)
-    env["PYTHONUNBUFFERED"] = "1"
-    if device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""
-        env["TRITON_INTERPRET"] = "1"
-        env.setdefault("OMP_NUM_THREADS", "1")
-    else:
-        env.pop("TRITON_INTERPRET", None)
-    return env
+    return sandbox.device_env({**env, "PYTHONUNBUFFERED": "1"}, device)
+
+
+def describe_status(rc: int | None, what: str, bwrap: bool = False) -> str:
+    """A process's end in words: "<what> killed by signal SIGSEGV (segmentation fault)"."""
+    if rc is None:
+        return f"{what} closed its channel but did not exit"
+    if bwrap and rc > 128:
+        rc = -(rc - 128)  # bubblewrap's init passes a child's death by signal on as 128 + signal
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        meaning = SIGNAL_MEANING.get(name)
+        return f"{what} killed by signal {name}" + (f" ({meaning})" if meaning else "")
+    return f"{what} exited with status {rc}"
 
 
 def _last_line(text: str) -> str:

@@ -649,15 +649,6 @@ class _NoExecutor:
     def __init__(self, candidate):
         self.candidate = candidate
 
-    def _request(self, msg: dict, where: str, fds=None) -> dict:
-        """A request within what is left of the time limit; a timeout names the whole limit."""
-        try:
-            return self.ex.request(msg, self.remaining(), where, fds=fds)
-        except ExecutorFault as e:
-            if e.kind == "timeout":
-                raise ExecutorFault(f"timed out after {self.timeout_s:g} s {where}", e.log, kind="timeout") from None
-            raise
-
     def load_problem(self) -> str:
         return f"{self.candidate}: no such candidate"
 

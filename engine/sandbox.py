@@ -179,6 +179,13 @@ def executor_env(base: dict[str, str], scratch: str, device: str) -> dict[str, s
     env.update(HOME=scratch, TMPDIR="/tmp" if os.path.isdir("/tmp") else scratch, PYTHONUNBUFFERED="1",
                PYTHONDONTWRITEBYTECODE="1", TRITON_CACHE_DIR=str(Path(scratch) / "triton-cache"),
                XDG_CACHE_HOME=str(Path(scratch) / "cache"), XDG_CONFIG_HOME=str(Path(scratch) / "config"))
+    return device_env(env, device)
+
+
+def device_env(env: dict[str, str], device: str) -> dict[str, str]:
+    """An executor's environment for its device: on the CPU no GPU, Triton through the
+    interpreter, one intra-op thread (the interpreter's tiles are small); on a GPU the
+    compiler, never the interpreter."""
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["TRITON_INTERPRET"] = "1"
