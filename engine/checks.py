@@ -235,15 +235,6 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def prepare_device(device: str) -> None:
-    """On the CPU, Triton kernels run through the interpreter; it must be on before any
-    candidate module is imported (triton.jit reads it at decoration time)."""
-    if device == "cpu":
-        import os
-
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-
-
 def check_steps(task: Task) -> list[str]:
     steps = ["static", "preflight", *probe_names(task.contract)]
     if task.contract.input_dependence:

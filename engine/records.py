@@ -85,7 +85,7 @@ class Evaluation:
     device: str = ""
     harness: str = ""
     seconds: dict = field(default_factory=dict)  # {"checks": s, "timing": s, "total": s}
-    log: str = ""  # the worker's last stderr lines when it died or the harness failed (diagnostics)
+    log: str = ""  # the executor's (or judge's) last stderr lines when it died or the harness failed
 
     @property
     def passed(self) -> bool:

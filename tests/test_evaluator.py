@@ -1,6 +1,7 @@
-"""The evaluator: candidates run in worker subprocesses; every fault a candidate can plant
-(crash, exit, hang, unbounded allocation, exception, wrong structure) becomes an ERROR
-that names it, within the time limit, and the next evaluation runs in a clean worker.
+"""The evaluator: candidates run in sandboxed executors under a judge process; every fault a
+candidate can plant (crash, exit, hang, unbounded allocation, exception, wrong structure)
+becomes an ERROR that names it, within the time limit, and the next evaluation runs in a
+fresh executor while the judge goes on.
 
 CPU only (the Triton interpreter), on tests/tasks/tiny.toml: one full evaluation there
 takes well under a second once a worker is up.

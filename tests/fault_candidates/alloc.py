@@ -1,6 +1,6 @@
 """Planted fault: allocates without bound (256 MiB at a time, never freed).
 
-numpy.empty reserves address space without touching it, so the worker's RLIMIT_AS turns
+numpy.empty reserves address space without touching it, so the executor's RLIMIT_AS turns
 this into a MemoryError quickly, without pressing on the machine's physical memory."""
 
 import numpy
