@@ -114,7 +114,8 @@ class Engine:
         from .evaluator import make_evaluator
 
         self.agent = make_agent(agent, self.task, repo=self.fr.repo.root)
-        self.evaluator = make_evaluator()
+        # the judges' and executors' logs stay with the run (what a crashing candidate printed)
+        self.evaluator = make_evaluator(log_dir=self.dir / "runs" / run.id / "evaluator")
         self.sock_path = socket_path(self.dir)
         self.agent_sock_path = agent_socket_path(self.dir)
         # a coding agent's turn reaches the run's judge through the agent socket (evaluate and status only)

@@ -147,9 +147,11 @@ class WorkerProcess:
     """One judge subprocess (the slot's worker) in its own process group, and the pipes to it."""
 
     def __init__(self, device: str, *, name: str, memory_limit: int, reference_cache: int, workdir: Path,
-                 env: dict, spare: bool = True):
+                 env: dict, spare: bool = True, log_dir: Path | None = None):
         self.device = device  # "cpu" or the CUDA_VISIBLE_DEVICES entry
-        self.log_path = workdir / f"judge-{name}.log"
+        logs = Path(log_dir) if log_dir is not None else workdir
+        logs.mkdir(parents=True, exist_ok=True)
+        self.log_path = logs / f"judge-{name}.log"
         self.info: dict | None = None  # the "ready" message
         self.jobs = 0
         self._buf = b""
@@ -157,7 +159,8 @@ class WorkerProcess:
         self.workdir = workdir / f"judge-{name}"
         self.workdir.mkdir(parents=True, exist_ok=True)
         args = [sys.executable, "-P", "-m", "kdatui.engine.judge_main", "--parent-pid", str(os.getpid()),
-                "--device", "cpu" if device == "cpu" else "cuda", "--workdir", str(self.workdir)]
+                "--device", "cpu" if device == "cpu" else "cuda", "--workdir", str(self.workdir),
+                "--logdir", str(logs)]
         if device == "cpu" and memory_limit:
             args += ["--memory-limit", str(memory_limit)]
         if not spare:
@@ -281,12 +284,13 @@ class WorkerSlot:
     fresh one started at once, so it is warming up while the failure is reported."""
 
     def __init__(self, device: str, label: str, *, memory_limit: int, reference_cache: int, workdir: Path,
-                 env: dict, live: set, startup_timeout_s: float, recycle_after: int, spare: bool = True):
+                 env: dict, live: set, startup_timeout_s: float, recycle_after: int, spare: bool = True,
+                 log_dir: Path | None = None):
         self.device = device
         self.label = label  # how events name this worker: "cpu", "cuda:0", ...
         self.device_name = "cpu" if device == "cpu" else ""  # learned from the worker's "ready"
         self._kw = dict(memory_limit=memory_limit, reference_cache=reference_cache, workdir=workdir, env=env,
-                        spare=spare)
+                        spare=spare, log_dir=log_dir)
         self._live = live
         self._serial = itertools.count()
         self.startup_timeout_s = startup_timeout_s
@@ -413,9 +417,11 @@ class LocalEvaluator(Evaluator):
         (for one-shot use, `kdatui check` and `bench`: nothing competes with the first)."""
         self.devices = list(devices) if devices else visible_devices()
         self.timeout_s = timeout_s  # overrides every task's bench.timeout_s when set
-        self._own_dir = log_dir is None
-        self.workdir = Path(tempfile.mkdtemp(prefix="kdatui-eval-")) if log_dir is None else Path(log_dir)
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        # Executors work in a private temporary folder (copies of candidates, their scratch),
+        # never inside a repo's .frontier/, which the sandbox hides; what they and the judges
+        # print is kept in `log_dir` when one is given (a run's folder), else with the rest.
+        self.workdir = Path(tempfile.mkdtemp(prefix="kdatui-eval-"))
+        self.log_dir = Path(log_dir) if log_dir is not None else None
         self._live: set[WorkerProcess] = set()
         # If the caller never closes us, the workers still die with this process.
         self._finalizer = weakref.finalize(self, _kill_all, self._live)
@@ -425,7 +431,7 @@ class LocalEvaluator(Evaluator):
         self.slots = [WorkerSlot(d, _slot_label(d, i, self.devices), memory_limit=memory_limit or 0,
                                  reference_cache=reference_cache, workdir=self.workdir, env=dict(env if env is not None else os.environ),
                                  live=self._live, startup_timeout_s=startup_timeout_s, recycle_after=recycle_after,
-                                 spare=spare)
+                                 spare=spare, log_dir=self.log_dir)
                       for i, d in enumerate(self.devices)]
         for s in self.slots:
             self._idle.put(s)
@@ -464,8 +470,7 @@ class LocalEvaluator(Evaluator):
                 time.sleep(0.02)
         _kill_all(self._live)  # ... a busy or stuck one is killed
         self._finalizer.detach()
-        if self._own_dir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     # -- internals
 

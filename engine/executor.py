@@ -327,6 +327,17 @@ class Executor:
             return ""
 
 
+def keep_log(e: Executor, logs: Path) -> None:
+    """An executor's log outlives its folder (what a crashed or lying candidate printed is
+    evidence): kept as logs/<name>.log beside the judge's own, when it says anything."""
+    try:
+        if e.log_path.stat().st_size:
+            logs.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(e.log_path, logs / f"{e.name}.log")
+    except OSError:
+        pass
+
+
 def _die_with_parent() -> None:
     try:
         import ctypes
@@ -370,6 +381,7 @@ class ExecutorPool:
         """`spare`: start one executor now (the first candidate's); `want_spare`: keep one
         more starting behind each candidate taken."""
         self.device, self.workdir, self.env = device, Path(workdir), dict(env)
+        self.logs = self.workdir / "logs"  # executors' logs, kept after they end
         self.repos, self.memory_limit = repos or [], memory_limit
         self.info = sandbox.detect()
         self._serial = itertools.count()
@@ -397,6 +409,7 @@ class ExecutorPool:
         e.keep_cache()
         e.close()
         self._live.discard(e)
+        keep_log(e, self.logs)
         shutil.rmtree(e.dir, ignore_errors=True)
 
     def baseline_executor(self, path: str, timeout_s: float) -> Executor:
@@ -418,6 +431,7 @@ class ExecutorPool:
     def close(self) -> None:
         for e in list(self._live):
             e.close(grace_s=0.5)
+            keep_log(e, self.logs)
             shutil.rmtree(e.dir, ignore_errors=True)
         self._live.clear()
         self._spare = self.baseline = None

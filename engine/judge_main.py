@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parent-pid", type=int, default=0)
     ap.add_argument("--reference-cache", type=int, default=0,
                     help="bytes of fp64 reference outputs kept between evaluations (0 = none)")
-    ap.add_argument("--workdir", required=True, help="where executors keep their folders and logs")
+    ap.add_argument("--workdir", required=True, help="where executors keep their folders")
+    ap.add_argument("--logdir", help="where executors' logs are kept after they end (default: WORKDIR/logs)")
     ap.add_argument("--no-spare", action="store_true",
                     help="no spare executor for a next candidate (one-shot use: kdatui check, bench)")
     args = ap.parse_args(argv)
@@ -110,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     pool = ExecutorPool(args.device, Path(args.workdir), env=dict(os.environ), memory_limit=args.memory_limit,
                         spare=True)
     pool.want_spare = not args.no_spare
+    if args.logdir:
+        pool.logs = Path(args.logdir)
     import torch
     import triton
 

@@ -354,3 +354,13 @@ def test_an_illegal_address_on_the_gpu_is_an_error_and_the_next_evaluation_passe
         [good] = ev.evaluate(task, ROOT / "kernels" / "kda" / "split.py", [task.primary_shape])
         assert good.verdict == "PASS", good.reason
         assert good.timing.timer == "cuda_event_batch"
+
+
+def test_the_logs_of_judges_and_executors_stay_in_the_log_dir(task, tmp_path):
+    logs = tmp_path / "run-logs"
+    with LocalEvaluator(devices=["cpu"], timeout_s=TIMEOUT_S, memory_limit=MEMORY_LIMIT, log_dir=logs) as ev:
+        [bad] = ev.evaluate(task, FAULTS / "segfault.py", [task.primary_shape])
+        assert bad.verdict == "ERROR"
+    kept = {p.name: p.read_text(errors="replace") for p in logs.rglob("*.log")}
+    assert any(n.startswith("judge-") for n in kept), kept.keys()
+    assert any("Segmentation fault" in text for n, text in kept.items() if n.startswith("exec-")), kept.keys()

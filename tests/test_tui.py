@@ -74,6 +74,15 @@ def test_header_ticks_elapsed_and_cleanup_only_while_running():
     assert "engine gone" in header_lines(st, lost="the engine closed the connection")[0].plain
 
 
+def test_the_header_says_when_candidates_are_not_sandboxed():
+    st = demo_state()["status"]
+    assert "not sandboxed" not in header_lines(st)[0].plain
+    warned = {**st, "sandbox": {"kind": "none", "warning": "candidates not sandboxed: bubblewrap is not installed"}}
+    line = header_lines(warned)[0].plain
+    assert "⚠ candidates not sandboxed: bubblewrap is not installed" in line
+    assert line.index("not sandboxed") < line.index("task")  # first, after the state: it stays in sight
+
+
 def test_event_lines_show_kind_and_text():
     assert event_line({"ts": T0, "kind": "admitted", "text": "x admitted"}) == "22:13:20 admit   x admitted"
     assert event_line({"ts": T0, "kind": "agent-output", "line": "hello"}).endswith("agent   hello")
