@@ -199,8 +199,8 @@ def preflight(fn: CandidateCalls, shape: Shape, task: Task, device: str, referen
 
 def input_dependence(fn: CandidateCalls, shape: Shape, task: Task, device: str) -> CheckResult:
     """After a call, perturb the inputs in place; the next call must follow them. Then one
-    element of q, at a position drawn in secret, is changed in place: a cache keyed on a
-    sample of the inputs (a fingerprint) misses it and answers with the old output."""
+    element of q, at a position drawn in secret, is changed in place, twice: a cache keyed on
+    a sample of the inputs (a fingerprint) misses it and answers with the old output."""
     p = make_probe("random", shape, task.contract, device, variant="input_dependence")
     p.name = "input_dependence"
     call_candidate(fn, p, shape, device)
@@ -210,13 +210,14 @@ def input_dependence(fn: CandidateCalls, shape: Shape, task: Task, device: str) 
     if not c.ok:
         return _result("input_dependence", c,
                        reason=f"after the inputs changed in place: {c.reason} (stale or cached result?)")
-    where = perturb_one_(p)
-    o, final = call_candidate(fn, p, shape, device)
-    c1 = _judge(o, final, reference_outputs(p), p.tolerance)
-    if not c1.ok:
-        return _result("input_dependence", c1,
-                       reason=f"after one input element changed in place (q{where}): {c1.reason} "
-                              f"(a result cached on a sample of the inputs?)")
+    for _ in range(2):  # twice, at independent positions: a sample that happens to hold one misses the other
+        where = perturb_one_(p)
+        o, final = call_candidate(fn, p, shape, device)
+        c1 = _judge(o, final, reference_outputs(p), p.tolerance)
+        if not c1.ok:
+            return _result("input_dependence", c1,
+                           reason=f"after one input element changed in place (q{where}): {c1.reason} "
+                                  f"(a result cached on a sample of the inputs?)")
     return _result("input_dependence", c)
 
 

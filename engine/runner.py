@@ -146,6 +146,7 @@ class Runner:
             self._sync = lambda: None
             self._flush = None
         self._codes = {id(f): getattr(f, "__code__", None) for _, _, f in self._guards}
+        self._own_clock = _perf  # and the runner's own reference, which a candidate could swap through its globals
 
     # -- the candidate
 
@@ -287,6 +288,8 @@ class Runner:
 
     def tampered(self) -> list[str]:
         bad = []
+        if globals().get("_perf") is not self._own_clock:
+            bad.append("the runner's own clock (_perf) was replaced")
         for obj, name, orig in self._guards:
             now = getattr(obj, name, None)
             label = f"{getattr(obj, '__name__', type(obj).__name__)}.{name}"

@@ -288,6 +288,14 @@ def agent_launch(argv: list[str], *, worktree: Path, env: dict[str, str], networ
             "--unshare-cgroup-try", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     if not network:
         wrap.append("--unshare-net")
+    # what the command runs from, if it lives under /tmp (a venv, a PATH entry): read-only again
+    prog = shutil.which(argv[0]) if argv else None
+    needed = _python_paths() + [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    if prog:
+        needed.append(Path(prog).parent)
+    for p in sorted({q.resolve() for q in needed if q.exists()}):
+        if _under(p, Path("/tmp")):
+            wrap += ["--ro-bind", str(p), str(p)]
     home = Path.home().resolve()
     if str(home) != "/" and home.is_dir():
         wrap += ["--bind", str(home), str(home)]

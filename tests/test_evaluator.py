@@ -152,10 +152,10 @@ def test_a_wrong_answer_is_fail_not_error_and_is_not_timed(evaluator, task):
 
 
 def test_the_post_timing_check_catches_a_kernel_that_goes_wrong_when_timed(evaluator, task, tmp_path):
-    # Right for the first 7 calls (what the checks of the tiny task make), zeros after.
+    # Right for the first 8 calls (what the checks of the tiny task make), zeros after.
     src = GOOD.read_text().replace("def kda_forward(", "def _right(")
     src += ("\n\n_calls = [0]\n\n\ndef kda_forward(*args, **kwargs):\n    _calls[0] += 1\n"
-            "    o, final = _right(*args, **kwargs)\n    if _calls[0] > 7:\n        o = o * 0\n"
+            "    o, final = _right(*args, **kwargs)\n    if _calls[0] > 8:\n        o = o * 0\n"
             "    return o, final\n")
     (tmp_path / "kernel.py").write_text(src)
     ev, _ = evaluate_one(evaluator, task, tmp_path)

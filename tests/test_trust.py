@@ -196,12 +196,20 @@ def test_a_candidate_that_stops_the_host_clock_is_suspect_and_not_faster(evaluat
     no_better_than(ev, honest)
 
 
-def test_a_candidate_that_bends_the_runners_own_clock_is_credited_the_judges_wall_time(evaluator, task, honest):
+def test_a_candidate_that_bends_the_runners_own_clock_is_suspect_and_not_faster(evaluator, task, honest):
     ev = one(evaluator, task, attack("stop_the_runners_clock"))
     assert ev.checks.passed
     assert ev.timing is not None
-    assert ev.timing.flags and all("wall-bound" in f for f in ev.timing.flags), ev.timing.flags
+    assert ev.verdict == "SUSPECT" and "the runner's own clock (_perf) was replaced" in ev.reason, ev.reason
     no_better_than(ev, honest)
+
+
+def test_a_clock_bent_out_of_the_runners_sight_is_credited_the_judges_wall_time():
+    # what the judge does when the runner's own checks are fooled too: its own clock decides
+    from kdatui.engine.timing import bound_by_wall
+
+    credited, flag = bound_by_wall([0.01, 0.01, 0.01], wall_ms=3.4, overhead_per_call_ms=0.1)
+    assert flag.startswith("wall-bound") and abs(credited - (3.4 - 0.3) / 3) < 1e-9
 
 
 def test_work_deferred_past_the_timer_fails_the_audit_or_is_credited_its_time(evaluator, task, honest):
