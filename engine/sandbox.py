@@ -288,11 +288,14 @@ def agent_launch(argv: list[str], *, worktree: Path, env: dict[str, str], networ
             "--unshare-cgroup-try", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     if not network:
         wrap.append("--unshare-net")
-    # what the command runs from, if it lives under /tmp (a venv, a PATH entry): read-only again
+    # what the command runs from, if it lives under /tmp (a venv, a PATH entry, a script named
+    # on its command line, kdatui itself for the `kdatui check` inside the turn): read-only again
     prog = shutil.which(argv[0]) if argv else None
     needed = _python_paths() + [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    needed.append(Path(__file__).resolve().parents[1])  # the installed kdatui (an editable install: its checkout)
     if prog:
         needed.append(Path(prog).parent)
+    needed += [Path(a) for a in argv[1:] if a.startswith("/") and len(a) < 4096]
     for p in sorted({q.resolve() for q in needed if q.exists()}):
         if _under(p, Path("/tmp")):
             wrap += ["--ro-bind", str(p), str(p)]
