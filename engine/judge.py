@@ -24,6 +24,7 @@ import statistics
 import tempfile
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -40,12 +41,12 @@ from .timing import (TIMER_CPU, TIMER_GPU, batch_overhead, bound_by_wall, bytes_
 HERE = Path(__file__).resolve().parent
 FLA_BASELINE = HERE / "baseline_fla.py"
 TORCH_BASELINE = HERE.parent / "kernels" / "kda" / "torch_chunked.py"
-AUDITS_PER_TRIAL = 2  # timed calls per trial whose outputs are checked against the baseline's
+AUDITS_PER_TRIAL = 2  # timed calls of each side per trial whose outputs are checked against the baseline's
 AUDIT_TOLERANCE = 2.0  # against the baseline's output (two approximations): twice the contract's
 ARENA_SHARE = 0.25  # of free GPU memory for each side's timing arena
-# Fresh input sets per batch are capped by bytes as well: a batch whose calls each walk a new
-# gigabyte of inputs ran split 8x slower than do_bench on the H200 (10 sets of 1 GB).
-ARENA_MAX_BYTES = 4 << 30
+# Fresh input sets per batch are capped by bytes as well (the executor stages each set in its
+# own memory, so the cap bounds memory, not speed).
+ARENA_MAX_BYTES = 8 << 30
 
 
 class CandidateGone(Exception):
@@ -336,9 +337,20 @@ def _timing_sets(device: str, dims: dict, repeats: int) -> int:
 
 
 def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, device: str, *,
-              progress=None, floor_ms: float | None = None, audit=None) -> tuple:
+              progress=None, floor_ms: float | None = None, audit=None, spent: dict | None = None) -> tuple:
     """Paired timing of the candidate against the baseline, each in its own executor, on
-    fresh inputs for every timed call. Returns (PairedTiming, audit verdict, audit reason)."""
+    fresh inputs for every timed call. Returns (PairedTiming, audit verdict, audit reason).
+    `spent` (a dict) gets the judge's seconds by part: warmup, fill, batches, audit."""
+    spent = {} if spent is None else spent
+    for k in ("warmup", "fill", "batches", "audit"):
+        spent[k] = 0.0
+    clock = [time.perf_counter()]
+
+    def lap(part: str) -> None:
+        now = time.perf_counter()
+        spent[part] += now - clock[0]
+        clock[0] = now
+
     b = task.bench
     dims = shape.dims()
     n = _timing_sets(device, dims, b.repeats)
@@ -360,6 +372,7 @@ def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, devic
         sess.request({"op": "warmup", "set": 0, "n": max(b.warmup, 1), **common}, "warm")
         ans, _ = sess.request({"op": "host_cost", "set": 0, "n": 3, **common}, "host")
         host.append(statistics.median(ans["ms"]))
+    lap("warmup")
     per_trial = {"base": [], "cand": []}
     flags: list[str] = []
     suspect = ""
@@ -371,6 +384,7 @@ def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, devic
         if progress:
             progress(trial, b.trials, f"trial {trial + 1}/{b.trials}")
         calls = {"base": [], "cand": []}
+        to_audit = [AUDITS_PER_TRIAL, b.repeats]  # audits left to draw in this trial, calls left to draw them from
         for chunk in range(chunks):
             k = min(n, b.repeats - chunk * n)
             tags = [(trial * chunks + chunk) * n + i for i in range(k)]
@@ -381,6 +395,7 @@ def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, devic
                 for i, tag in enumerate(tags):  # drawn now, for this side: the other side's copy stays its own
                     fill(sess, i + 1, tag)
                 sess.arena.settle()  # the inputs are written before the executor reads them, and nothing of ours runs beside its batch
+                lap("fill")
                 # the lead-in (set 0, seen in the warm-up) keeps the GPU busy when the first timed call is
                 # enqueued, so no call's figure holds host launch time: every timed call follows another
                 ans, wall = sess.request({"op": "batch", "sets": list(range(1, k + 1)), "lead": 0,
@@ -395,6 +410,7 @@ def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, devic
                     if ans.get("tamper"):
                         suspect = suspect or "the timer was tampered with: " + "; ".join(ans["tamper"])
                     cand_batch = (ms, wall)
+                lap("batches")
             ms_c, wall_c = cand_batch
             credited, flag = bound_by_wall(ms_c, wall_c, min(overheads), lead=device == "cuda")
             if flag:
@@ -402,7 +418,7 @@ def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, devic
                 ms_c = [max(x, credited) for x in ms_c]
             calls["cand"] += ms_c
             # audit: outputs of calls picked now, after the fact, against the baseline's on the same inputs
-            for i in _pick(k, AUDITS_PER_TRIAL):
+            for i in _select(k, to_audit):
                 oc, sc = cand.arena.take(i + 1)
                 ob, sb = base.arena.take(i + 1)
                 tol = tolerance_for("random", task.contract)
@@ -413,6 +429,7 @@ def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, devic
                     failed = (f"post-timing: {c.reason} (timed call {chunk * n + i + 1} of trial {trial + 1}, "
                               f"against the baseline's output on the same fresh inputs)")
                     break
+            lap("audit")
             if failed:
                 break
             last = (_pick(k, 1)[0], tags)
@@ -429,15 +446,31 @@ def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, devic
     timing.suspect = suspect
     if failed:
         return timing, "FAIL", failed
-    # one timed call, picked now, against the fp64 reference of its inputs (drawn again from its seed)
+    # one timed call, picked now, against the fp64 reference of its inputs (drawn again from its
+    # seed) at one (batch, head) drawn now: a head is an independent recurrence, and one costs
+    # 1/(B*H) of the whole reference
     i, tags = last
     p = timing_probe(shape, task.contract, seed0 + tags[i], device)
+    bi, hi = secrets.randbelow(shape.B), secrets.randbelow(shape.H)
     oc, sc = cand.arena.take(i + 1)
-    c = _judge(oc, sc, reference_outputs(p), p.tolerance)
+    c = _judge(oc[bi:bi + 1, :, hi:hi + 1], sc[bi:bi + 1, hi:hi + 1], reference_outputs(_one_head(p, bi, hi)),
+               p.tolerance)
     timing.audited += 1
+    lap("audit")
     if not c.ok:
-        return timing, "FAIL", f"post-timing: {c.reason} (timed call {i + 1} of the last trial, against the reference)"
+        return timing, "FAIL", (f"post-timing: {c.reason} (timed call {i + 1} of the last trial, batch {bi} head {hi}, "
+                                f"against the reference)")
     return timing, "PASS", ""
+
+
+def _one_head(p: ProbeInputs, b: int, h: int) -> ProbeInputs:
+    """Probe `p` cut to batch row b and head h (shapes keep their dimensions, of size 1)."""
+    def cut(x):
+        return x[b:b + 1, :, h:h + 1].contiguous()
+
+    return replace(p, q=cut(p.q), k=cut(p.k), v=cut(p.v), g=cut(p.g), beta=cut(p.beta), A_log=p.A_log[h:h + 1].contiguous(),
+                   dt_bias=p.dt_bias[h:h + 1].contiguous(),
+                   initial_state=None if p.initial_state is None else p.initial_state[b:b + 1, h:h + 1].contiguous())
 
 
 def fill_timing_set(dst: dict, seed: int, device: str) -> None:
@@ -465,6 +498,19 @@ def timing_probe(shape, contract, seed: int, device: str) -> ProbeInputs:
     return ProbeInputs(name="timing", q=d["q"], k=d["k"], v=d["v"], g=d["g"], beta=d["beta"], A_log=d["A_log"],
                        dt_bias=d["dt_bias"], initial_state=d["init"], scale=K ** -0.5, lower_bound=contract.lower_bound,
                        tolerance=tolerance_for("random", contract))
+
+
+def _select(k: int, left: list[int]) -> list[int]:
+    """Which of a batch's k calls to audit, drawn after the batch with the OS's randomness so
+    that `left` = [audits, calls] left in the trial ends as a uniform draw of that many of its
+    calls (selection sampling: each call is taken with probability audits left / calls left)."""
+    out = []
+    for i in range(k):
+        if left[0] > 0 and secrets.randbelow(max(left[1], 1)) < left[0]:
+            out.append(i)
+            left[0] -= 1
+        left[1] -= 1
+    return out
 
 
 def _pick(n: int, k: int) -> list[int]:
@@ -596,9 +642,11 @@ class Judge:
             ev.baseline = task.bench.baseline if name not in ("fla", "torch") else name
             sess.where = "during timing"
             sess.step = "timing"
+            spent: dict = {}
             pt, audit, reason = time_pair(base, sess, task, shape, self.device,
                                           progress=progress.timing if progress else None,
-                                          floor_ms=self.floor_ms(shape.dims()))
+                                          floor_ms=self.floor_ms(shape.dims()), spent=spent)
+            ev.seconds.update({f"timing.{k}": v for k, v in spent.items()})
             if progress:
                 progress.post_timing()
             ev.timing, ev.post_timing = pt, audit

@@ -374,3 +374,22 @@ open(os.path.join(cdir, "found.json"), "w").write(json.dumps(out))
     refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)"], cwd=repo, capture_output=True, text=True).stdout
     assert "frontier/t/evil" not in refs
     assert subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip() == head
+
+
+def test_the_audited_calls_are_a_uniform_draw_over_the_whole_trial():
+    # drawn batch by batch after each batch ran: always exactly AUDITS_PER_TRIAL of a trial's
+    # calls, each call as likely as any other wherever its batch falls
+    from kdatui.engine.judge import AUDITS_PER_TRIAL, _select
+
+    counts = [0] * 30
+    for _ in range(3000):
+        left, n, start = [AUDITS_PER_TRIAL, 30], 0, 0
+        for k in (8, 8, 8, 6):
+            picks = _select(k, left)
+            n += len(picks)
+            for i in picks:
+                counts[start + i] += 1
+            start += k
+        assert n == AUDITS_PER_TRIAL
+    expect = 3000 * AUDITS_PER_TRIAL / 30
+    assert all(0.7 * expect < c < 1.3 * expect for c in counts), counts
