@@ -222,9 +222,16 @@ class Runner:
             del base
             import gc
 
-            gc.collect()
+            if self.device == "cuda":
+                gc.collect()  # tensors left in cycles over the mapping go before it does
             try:
                 closer()
+            except BufferError:  # a view still alive (in a cycle): collect, then close
+                gc.collect()
+                try:
+                    closer()
+                except Exception:  # noqa: BLE001
+                    pass
             except Exception:  # noqa: BLE001
                 pass
 

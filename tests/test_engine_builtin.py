@@ -1,6 +1,7 @@
 """End to end on the CPU task with the built-in agent: `kdatui run tasks/kda_fwd_cpu.toml
 --budget ...` explores both kernel families, admits a member of each, and every member's
-branch passes `kdatui check` again. Real Triton kernels through the interpreter: slow."""
+branch passes `kdatui check` again (at the primary shape: the run checked every shape before
+it admitted them). Real Triton kernels through the interpreter: slow."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def test_builtin_run_on_the_cpu_task_admits_both_families_and_members_recheck(cp
             src = subprocess.run(["git", "show", f"{branch}:candidates/kda_fwd_cpu/{name}"], cwd=cpu_repo,
                                  capture_output=True, text=True, check=True).stdout
             (folder / name).write_text(src)
-        out = kdatui(cpu_repo, "check", "--task", "tasks/kda_fwd_cpu.toml", "--candidate", str(folder), "--json",
-                     timeout=600)
+        out = kdatui(cpu_repo, "check", "--task", "tasks/kda_fwd_cpu.toml", "--candidate", str(folder),
+                     "--shape", "b1_t100_h2_k32_v32", "--json", timeout=600)
         assert all(r["verdict"] == "PASS" for r in json.loads(out.stdout)), branch
     assert status(cpu_repo)["members"] == len(members)
