@@ -45,15 +45,10 @@ def _import(name: str, module: str, fix: str, needed: bool = True, attr: str = "
 
 
 def _fla() -> dict:
-    from kdatui.engine.baselines import fla_available
+    from kdatui.engine.baselines import fla_available, package_version
 
     if fla_available():
-        import importlib.metadata as md
-
-        try:
-            v = md.version("fla-core")
-        except md.PackageNotFoundError:
-            v = "?"
+        v = package_version("fla-core", missing="?")
         return _check("fla-core", True, f"fla-core {v}: the baseline is fla's chunk_kda")
     return _check("fla-core", False, "fla-core does not import: GPU runs time against the plain-torch kernel "
                                      "instead", "pip install -e '.[baseline]'", needed=False)

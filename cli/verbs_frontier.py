@@ -406,7 +406,7 @@ def cmd_generalize(args) -> int:
             task = load_task_ref(known or m.task)  # else tasks/<task>.toml or a bundled task
         extra = parse_extra_shapes(task, args.shapes)  # bad shapes fail before any work starts
         print(plan_text(task, m.name, extra, args.task_out, False).replace(
-            "the search stays on " + task.name, f"no engine runs here: `kdatui run` starts the search"), file=sys.stderr)
+            "the search stays on " + task.name, "no engine runs here: `kdatui run` starts the search"), file=sys.stderr)
         evaluator = make_evaluator(task)
         try:
             with progress_bar(f"evaluate {m.name}", quiet=args.quiet) as update:

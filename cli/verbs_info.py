@@ -115,13 +115,7 @@ def cmd_completion(args) -> int:
 
 def version_text(kdatui_version: str) -> str:
     """kdatui's version, and what it runs on: torch, Triton, fla, the device."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    def v(dist: str) -> str:
-        try:
-            return version(dist)
-        except PackageNotFoundError:
-            return "not installed"
+    from kdatui.engine.baselines import package_version as v
 
     lines = [f"kdatui {kdatui_version}", f"torch   {v('torch')}", f"triton  {v('triton')}",
              f"fla     {v('fla-core')}" + ("" if v("fla-core") != "not installed" else

@@ -34,7 +34,7 @@ import tomli_w
 
 from .frontier import Frontier
 from .gitrepo import archive_ref, scratch_branch
-from .paths import ARCHIVE_ENV, archive_root  # noqa: F401  (archive_root is part of this module's API)
+from .paths import archive_root  # noqa: F401  (archive_root is part of this module's API)
 from .store import IN_FLIGHT, Attempt, FrontierError
 
 KEEP_EVENTS_S = 3600.0  # the live log keeps the last hour; older history moves out

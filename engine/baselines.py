@@ -20,6 +20,16 @@ class Baseline:
     note: str = ""
 
 
+def package_version(dist: str, missing: str = "not installed") -> str:
+    """An installed distribution's version, read from its metadata without importing it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return missing
+
+
 def fla_available() -> bool:
     try:
         import fla.ops.kda  # noqa: F401

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import torch
@@ -240,18 +240,8 @@ def _row_changed(p: ProbeInputs, ref, idx: list[int]):
     """The reference of `p` after q[idx] changed, from `ref` (the reference before): a query
     reads the state and never writes it, so of everything only o[b, t, h] depends on
     q[b, t, h]. That row is computed on head h's prefix [:t+1]; the rest is `ref`'s."""
-    from kdatui.kernels.kda import reference
-
     b, t, h = idx[0], idx[1], idx[2]
-    f = reference.token_loop if p.reference == "token_loop" else reference.chunked
-
-    def sl(x):
-        return x[b:b + 1, :t + 1, h:h + 1]
-
-    init = p.initial_state[b:b + 1, h:h + 1] if p.initial_state is not None else None
-    with torch.no_grad():
-        row, _ = f(sl(p.q), sl(p.k), sl(p.v), sl(p.g), sl(p.beta), p.A_log[h:h + 1], p.dt_bias[h:h + 1],
-                   scale=p.scale, lower_bound=p.lower_bound, initial_state=init, output_final_state=False)
+    row, _ = reference_outputs(p.cut(b, h, t + 1))
     o = ref[0].clone()
     o[b, t, h] = row[0, t, 0]
     return (o, ref[1])

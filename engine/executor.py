@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from . import sandbox
+from .paths import cache_dir
 
 RUNNER = Path(__file__).with_name("runner.py")
 STARTUP_TIMEOUT_S = 300.0  # importing torch and creating a CUDA context, on a loaded machine
@@ -50,12 +51,6 @@ class ExecutorFault(Exception):
     def __init__(self, reason: str, log: str = "", kind: str = "process"):
         super().__init__(reason)
         self.reason, self.log, self.kind = reason, log, kind
-
-
-def cache_root() -> Path:
-    from .paths import cache_dir
-
-    return cache_dir()
 
 
 def candidate_digest(files: dict[str, bytes]) -> str:
@@ -222,7 +217,7 @@ class Executor:
             dst = self.cand_dir / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             dst.write_bytes(data)
-        cached = cache_root() / "triton" / self.digest
+        cached = cache_dir() / "triton" / self.digest
         if cached.is_dir():
             shutil.copytree(cached, self.scratch / "triton-cache", dirs_exist_ok=True)
         if self.sandbox.kind == "uid":
@@ -245,7 +240,7 @@ class Executor:
         src = self.scratch / "triton-cache"
         if not self.digest or not src.is_dir():
             return
-        dst = cache_root() / "triton" / self.digest
+        dst = cache_dir() / "triton" / self.digest
         try:
             shutil.copytree(src, dst, dirs_exist_ok=True, symlinks=False,
                             ignore=lambda d, names: [n for n in names if os.path.islink(os.path.join(d, n))])

@@ -24,7 +24,6 @@ import statistics
 import tempfile
 import time
 from collections import OrderedDict
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -32,9 +31,9 @@ import torch
 from . import sandbox
 from .arena import Arena, set_bytes
 from .candidate import CandidateError, locate
-from .checks import (HARNESS_VERSION, CandidateFault, _judge, check_steps, reference_outputs, run_checks)
+from .checks import HARNESS_VERSION, CandidateFault, _judge, reference_outputs, run_checks
 from .executor import Executor, ExecutorFault, ExecutorPool, read_candidate
-from .probes import ProbeInputs, Tolerance, make_probe, tolerance_for
+from .probes import ProbeInputs, Tolerance, tolerance_for
 from .records import Evaluation
 from .timing import (TIMER_CPU, TIMER_GPU, WALL_SLACK_MS, WALL_SLACK_MS_CPU, batch_overhead, bound_by_wall, bytes_moved,
                      floor_check, summarize)
@@ -374,6 +373,8 @@ def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, devic
         ans, _ = sess.request({"op": "host_cost", "set": 0, "n": 3, **common}, "host")
         host.append(statistics.median(ans["ms"]))
     lap("warmup")
+    tol = tolerance_for("random", task.contract)
+    audit_tol = Tolerance(tol.rtol * AUDIT_TOLERANCE, tol.atol_rms * AUDIT_TOLERANCE, tol.rms * AUDIT_TOLERANCE)
     per_trial = {"base": [], "cand": []}
     flags: list[str] = []
     suspect = ""
@@ -423,9 +424,7 @@ def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, devic
             for i in _select(k, to_audit):
                 oc, sc = cand.arena.take(i + 1)
                 ob, sb = base.arena.take(i + 1)
-                tol = tolerance_for("random", task.contract)
-                wide = Tolerance(tol.rtol * AUDIT_TOLERANCE, tol.atol_rms * AUDIT_TOLERANCE, tol.rms * AUDIT_TOLERANCE)
-                c = _judge(oc, sc, (ob.double(), sb.double()), wide)
+                c = _judge(oc, sc, (ob.double(), sb.double()), audit_tol)
                 audited += 1
                 if not c.ok:
                     failed = (f"post-timing: {c.reason} (timed call {chunk * n + i + 1} of trial {trial + 1}, "
@@ -434,7 +433,7 @@ def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, devic
             lap("audit")
             if failed:
                 break
-            last = (_pick(k, 1)[0], tags)
+            last = (secrets.randbelow(k), tags)
         per_trial["base"].append(statistics.median(calls["base"]))
         per_trial["cand"].append(statistics.median(calls["cand"]))
         if failed:
@@ -455,24 +454,13 @@ def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, devic
     p = timing_probe(shape, task.contract, seed0 + tags[i], device)
     bi, hi = secrets.randbelow(shape.B), secrets.randbelow(shape.H)
     oc, sc = cand.arena.take(i + 1)
-    c = _judge(oc[bi:bi + 1, :, hi:hi + 1], sc[bi:bi + 1, hi:hi + 1], reference_outputs(_one_head(p, bi, hi)),
-               p.tolerance)
+    c = _judge(oc[bi:bi + 1, :, hi:hi + 1], sc[bi:bi + 1, hi:hi + 1], reference_outputs(p.cut(bi, hi)), p.tolerance)
     timing.audited += 1
     lap("audit")
     if not c.ok:
         return timing, "FAIL", (f"post-timing: {c.reason} (timed call {i + 1} of the last trial, batch {bi} head {hi}, "
                                 f"against the reference)")
     return timing, "PASS", ""
-
-
-def _one_head(p: ProbeInputs, b: int, h: int) -> ProbeInputs:
-    """Probe `p` cut to batch row b and head h (shapes keep their dimensions, of size 1)."""
-    def cut(x):
-        return x[b:b + 1, :, h:h + 1].contiguous()
-
-    return replace(p, q=cut(p.q), k=cut(p.k), v=cut(p.v), g=cut(p.g), beta=cut(p.beta), A_log=p.A_log[h:h + 1].contiguous(),
-                   dt_bias=p.dt_bias[h:h + 1].contiguous(),
-                   initial_state=None if p.initial_state is None else p.initial_state[b:b + 1, h:h + 1].contiguous())
 
 
 def fill_timing_set(dst: dict, seed: int, device: str) -> None:
@@ -512,15 +500,6 @@ def _select(k: int, left: list[int]) -> list[int]:
             out.append(i)
             left[0] -= 1
         left[1] -= 1
-    return out
-
-
-def _pick(n: int, k: int) -> list[int]:
-    """k distinct indices of n, drawn with the OS's randomness (after the calls were made)."""
-    idx = list(range(n))
-    out = []
-    for _ in range(min(k, n)):
-        out.append(idx.pop(secrets.randbelow(len(idx))))
     return out
 
 
@@ -651,18 +630,17 @@ class Judge:
             ev.seconds.update({f"timing.{k}": v for k, v in spent.items()})
             if progress:
                 progress.post_timing()
-            ev.timing, ev.post_timing = pt, audit
+            ev.post_timing = audit
             ev.seconds["timing"] = time.perf_counter() - t_timing
             if audit != "PASS":
                 # a timed call answered wrong: the figures measured calls that did not do the work,
                 # so none of them stands in the record (the reason says what they were)
-                ev.verdict, ev.timing = "FAIL", None
+                ev.verdict = "FAIL"
                 ev.reason = (f"{reason}; the timing before it does not stand ({pt.candidate.median_ms:.4g} ms a call "
                              f"against the baseline's {pt.baseline.median_ms:.4g} ms)")
-            elif pt.suspect:
-                ev.verdict, ev.reason = "SUSPECT", f"timing: {pt.suspect}"
             else:
-                ev.verdict, ev.reason = "PASS", ""
+                ev.timing = pt
+                ev.verdict, ev.reason = ("SUSPECT", f"timing: {pt.suspect}") if pt.suspect else ("PASS", "")
             return ev
         except CandidateGone as e:
             ev.verdict, ev.reason, ev.log = "ERROR", e.reason, e.log

@@ -59,16 +59,6 @@ def _watch_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _version(dist: str) -> str:
-    """A package's version without importing it (the judge never runs Triton: its executors do)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "not installed"
-
-
 def _run_job(ch: _Channel, judge, msg: dict) -> None:
     from .judge import _Progress, _first_line
     from .records import HARNESS_VERSION, Evaluation
@@ -125,13 +115,14 @@ def main(argv: list[str] | None = None) -> int:
         pool.logs = Path(args.logdir)
     import torch
 
+    from .baselines import package_version  # the judge never runs Triton (its executors do): no import
     from .judge import Judge
     from .records import HARNESS_VERSION
 
     judge = Judge(args.device, workdir=Path(args.workdir), reference_cache=args.reference_cache,
                   memory_limit=args.memory_limit, pool=pool)
     ch.send({"event": "ready", "pid": os.getpid(), "device": judge.device_name, "torch": torch.__version__,
-             "triton": _version("triton"), "harness": HARNESS_VERSION, "sandbox": judge.sandbox.to_dict()})
+             "triton": package_version("triton"), "harness": HARNESS_VERSION, "sandbox": judge.sandbox.to_dict()})
     try:
         for line in sys.stdin:
             if not line.strip():

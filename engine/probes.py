@@ -13,8 +13,7 @@ import hmac
 import math
 import os
 import secrets
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -61,6 +60,18 @@ class ProbeInputs:
 
     def args(self):
         return (self.q, self.k, self.v, self.g, self.beta, self.A_log, self.dt_bias)
+
+    def cut(self, b: int, h: int, t_end: int | None = None) -> "ProbeInputs":
+        """The probe cut to batch row b, head h and tokens [:t_end] (every dimension kept, of
+        size 1): a head is an independent recurrence and a token depends on no later one, so
+        the reference of the cut is the matching part of the whole one."""
+        def cut(x):
+            return x[b:b + 1, :t_end, h:h + 1].contiguous()
+
+        init = None if self.initial_state is None else self.initial_state[b:b + 1, h:h + 1].contiguous()
+        return replace(self, q=cut(self.q), k=cut(self.k), v=cut(self.v), g=cut(self.g), beta=cut(self.beta),
+                       A_log=self.A_log[h:h + 1].contiguous(), dt_bias=self.dt_bias[h:h + 1].contiguous(),
+                       initial_state=init)
 
     def kwargs(self, output_final_state: bool = True) -> dict:
         return dict(scale=self.scale, lower_bound=self.lower_bound,

@@ -130,11 +130,12 @@ class Runner:
         self.arena = None  # (base uint8 tensor, views {set: {name: tensor}}, outs, closer)
         self._base_ptr = 0
         self.stage: dict | None = None  # GPU: one input set in this process's memory (module docstring)
-        self._stage_ptr = 0
+        self._stage_ptrs: frozenset = frozenset()
         T = torch.Tensor
         # The runner's own references (see the module docstring): taken before the candidate loads.
         self._tensor_type = T
         self._copy = T.copy_
+        self._empty_like = torch.empty_like
         self._zero = T.zero_
         self._fill = T.fill_
         self._data_ptr = T.data_ptr
@@ -203,21 +204,14 @@ class Runner:
         self.arena = (base, views, outs, closer)
         self._base_ptr = base.untyped_storage().data_ptr()
         if msg["kind"] == "cuda" and views:
-            first = views[min(views)]
-            align = 256
-            sizes = {n: -(-t.numel() * t.element_size() // align) * align for n, t in first.items()}
-            buf = torch.empty(sum(sizes.values()), dtype=torch.uint8, device="cuda")
-            self.stage, off = {}, 0
-            for name, t in first.items():
-                self.stage[name] = buf[off: off + t.numel() * t.element_size()].view(t.dtype).view(*t.shape)
-                off += sizes[name]
-            self._stage_ptr = buf.untyped_storage().data_ptr()
+            self.stage = {name: self._empty_like(t) for name, t in views[min(views)].items()}
+            self._stage_ptrs = frozenset(t.untyped_storage().data_ptr() for t in self.stage.values())
 
     def close_arena(self) -> None:
         if self.arena is not None:
             base, _v, _o, closer = self.arena
             self.arena = None
-            self.stage, self._stage_ptr = None, 0
+            self.stage, self._stage_ptrs = None, frozenset()
             self._sync()
             del base
             import gc
@@ -286,7 +280,8 @@ class Runner:
                 raise Fault("structure", f"{name} is on {t.device}, expected {ref.device}")
             if not t.is_contiguous():
                 raise Fault("structure", f"{name} is not dense (not contiguous), strides {t.stride()}")
-            if t.untyped_storage().data_ptr() in (self._base_ptr, self._stage_ptr):
+            ptr = t.untyped_storage().data_ptr()
+            if ptr == self._base_ptr or ptr in self._stage_ptrs:
                 raise Fault("structure", f"{name} shares memory with the input {self._aliased(t, s)}")
         return o, (final if len(checks) == 2 else None)
 
@@ -354,10 +349,10 @@ class Runner:
         dropped, as in a loop that uses each result and moves on. Work not on the caller's
         stream when the call returns is missed by the copy, and the judge's audit sees it."""
         sets = [int(s) for s in msg["sets"]]
-        args, kw = self._args(msg, sets[0]) if sets else ((), {})
         tamper = self.tampered()
         ms = []
         if self.device == "cuda":
+            args, kw = self._args(msg, sets[0]) if sets else ((), {})  # the staging set, refilled per call
             starts = [self._Event(enable_timing=True) for _ in sets]
             ends = [self._Event(enable_timing=True) for _ in sets]
             flush = self._flush if msg.get("flush", True) else None

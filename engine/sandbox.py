@@ -146,6 +146,16 @@ def _python_paths() -> list[Path]:
     return sorted(paths)
 
 
+def _ro_binds(paths, roots: list[Path]) -> list[str]:
+    """bwrap arguments binding read-only again each of `paths` that exists and lies under one
+    of `roots` (a tmpfs over them would hide what the sandboxed command needs to run)."""
+    out = []
+    for p in sorted({Path(q).resolve() for q in paths}):
+        if p.exists() and any(_under(p, r) for r in roots):
+            out += ["--ro-bind", str(p), str(p)]
+    return out
+
+
 def _under(p: Path, root: Path) -> bool:
     try:
         p.relative_to(root)
@@ -217,11 +227,8 @@ def executor_launch(cmd: list[str], *, candidate_dir: Path, scratch_dir: Path, d
         hidden_home = str(home) != "/" and home.is_dir()
         if hidden_home:
             wrap += ["--tmpfs", str(home)]
-        for p in _python_paths() + [Path(r).resolve() for r in readable]:
-            # what Python needs from under a hidden home or the private /tmp (a PYTHONPATH there)
-            p = p.resolve()
-            if p.exists() and ((hidden_home and _under(p, home)) or _under(p, Path("/tmp"))):
-                wrap += ["--ro-bind", str(p), str(p)]
+        # what Python needs from under a hidden home or the private /tmp (a PYTHONPATH there)
+        wrap += _ro_binds(_python_paths() + list(readable), [home, Path("/tmp")] if hidden_home else [Path("/tmp")])
         for d in hidden_dirs(repos):
             if d.is_dir() and not (str(home) != "/" and _under(d, home)):
                 wrap += ["--tmpfs", str(d)]
@@ -296,9 +303,7 @@ def agent_launch(argv: list[str], *, worktree: Path, env: dict[str, str], networ
     if prog:
         needed.append(Path(prog).parent)
     needed += [Path(a) for a in argv[1:] if a.startswith("/") and len(a) < 4096]
-    for p in sorted({q.resolve() for q in needed if q.exists()}):
-        if _under(p, Path("/tmp")):
-            wrap += ["--ro-bind", str(p), str(p)]
+    wrap += _ro_binds(needed, [Path("/tmp")])
     home = Path.home().resolve()
     if str(home) != "/" and home.is_dir():
         wrap += ["--bind", str(home), str(home)]

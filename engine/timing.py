@@ -143,7 +143,7 @@ def bound_by_wall(events_ms: list[float], wall_ms: float, overhead_per_call_ms: 
     if unexplained <= WALL_SLACK * wall_ms + slack_ms and not (
             busy > WALL_COVER_BUSY_MS and sum(events_ms) < WALL_COVER_MIN * busy):
         return med, ""
-    credited = max(med, (wall_ms - n * max(overhead_per_call_ms, 0.0)) / n)
+    credited = max(med, busy / n)
     flag = (f"wall-bound: the batch's events cover {sum(events_ms):.3g} ms of the {wall_ms:.3g} ms the judge "
             f"measured ({n} calls; {overhead_per_call_ms:.3g} ms a call of overhead allowed); credited "
             f"{credited:.4g} ms a call instead of {med:.4g}")
