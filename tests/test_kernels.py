@@ -87,14 +87,14 @@ def test_no_initial_state_means_zeros(family):
     assert _rms(o, ro) < 0.03 and _rms(s, rs) < 0.03
 
 
-@pytest.mark.parametrize("family", ["fused", "split"])
-def test_a_rendered_variant_is_a_self_contained_candidate(family, tmp_path):
-    config = {"CHUNK": 32, "BV": 16}
+@pytest.mark.parametrize("family,config", [("fused", {"CHUNK": 32, "BV": 16}), ("split", {"CHUNK": 32, "BV": 16}),
+                                           ("wide", {"CHUNK": 64, "BV": 16})])
+def test_a_rendered_variant_is_a_self_contained_candidate(family, config, tmp_path):
     path = tmp_path / "kernel.py"
     path.write_text(families.render(family, config))
     assert families.config_of(path.read_text()) == families.validate(family, config)
     mod = _load(path)
-    assert mod.CONFIG["CHUNK"] == 32 and callable(mod.kda_forward)
+    assert mod.CONFIG["CHUNK"] == config["CHUNK"] and callable(mod.kda_forward)
     p = make_probe("boundary", Shape("s", 1, 50, 2, 32, 32), CPU_TASK.contract)
     ro, _ = reference.chunked(*p.args(), **p.kwargs())
     o, _ = mod.kda_forward(*p.args(), **p.kwargs())

@@ -89,19 +89,15 @@ def test_main_screen_80x24_8_shapes(snap_compare, eight_fake):
     assert snap_compare(make_app(eight_fake), terminal_size=SMALL, run_before=ready)
 
 
-def test_chart_screen_80x24(snap_compare, fake):
-    async def chart(pilot):
-        await ready(pilot)
-        await pilot.press("c")
-        await pilot.pause()
+async def open_chart(pilot):
+    await ready(pilot)
+    await pilot.press("c")
+    await pilot.pause()
 
-    assert snap_compare(make_app(fake), terminal_size=SMALL, run_before=chart)
+
+def test_chart_screen_80x24(snap_compare, fake):
+    assert snap_compare(make_app(fake), terminal_size=SMALL, run_before=open_chart)
 
 
 def test_chart_screen_cpu_80x24(snap_compare, cpu_fake):
-    async def chart(pilot):
-        await ready(pilot)
-        await pilot.press("c")
-        await pilot.pause()
-
-    assert snap_compare(make_app(cpu_fake), terminal_size=SMALL, run_before=chart)
+    assert snap_compare(make_app(cpu_fake), terminal_size=SMALL, run_before=open_chart)
