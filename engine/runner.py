@@ -129,7 +129,8 @@ class Runner:
         self.fn = None
         self.arena = None  # (base uint8 tensor, views {set: {name: tensor}}, outs, closer)
         self._base_ptr = 0
-        self.stage: dict | None = None  # GPU: one input set in this process's memory (module docstring)
+        self.stage: dict | None = None  # one input set in this process's memory (module docstring)
+        self.stage_inputs = device == "cuda"  # a CPU arena is plain shared memory: read in place
         self._stage_ptrs: frozenset = frozenset()
         T = torch.Tensor
         # The runner's own references (see the module docstring): taken before the candidate loads.
@@ -203,7 +204,7 @@ class Runner:
             (outs if s["role"] == "out" else views).setdefault(s["set"], {})[s["name"]] = t
         self.arena = (base, views, outs, closer)
         self._base_ptr = base.untyped_storage().data_ptr()
-        if msg["kind"] == "cuda" and views:
+        if self.stage_inputs and views:
             self.stage = {name: self._empty_like(t) for name, t in views[min(views)].items()}
             self._stage_ptrs = frozenset(t.untyped_storage().data_ptr() for t in self.stage.values())
 
@@ -379,6 +380,7 @@ class Runner:
             t0 = _perf()
             for s in sets:
                 args, kw = self._args(msg, s)
+                self._stage_in(s)  # a no-op unless staging is on (off for a CPU arena)
                 ta = _perf()
                 out = self._invoke(args, kw)
                 ms.append((_perf() - ta) * 1e3)
