@@ -6,6 +6,7 @@ arena the judge reads, and an output in the staging memory is refused as aliasin
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 import torch
@@ -44,9 +45,14 @@ def staged(tmp_path, cpu_task):
     r.stage_inputs = True
     r.open_arena(arena.message(), [os.dup(arena.fd)])
     r.load(str(tmp_path / "kernel.py"), str(tmp_path))
-    yield r, arena, p
-    r.close_arena()
-    arena.close()
+    try:
+        yield r, arena, p
+    finally:  # the runner loaded the candidate into this process: nothing of it may stay (test_trust looks)
+        r.close_arena()
+        arena.close()
+        sys.modules.pop("kdatui_candidate", None)
+        if str(tmp_path) in sys.path:
+            sys.path.remove(str(tmp_path))
 
 
 def _msg(**kw):
