@@ -31,6 +31,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -246,12 +247,26 @@ def executor_launch(cmd: list[str], *, candidate_dir: Path, scratch_dir: Path, d
     if info.kind == "uid":
         for d in (candidate_dir, scratch_dir):
             _chown_tree(d, NOBODY)
+            _let_traverse(Path(d).parent)
         for d in hidden_dirs(repos):
             if d.is_dir():
                 os.chmod(d, 0o700)  # root's; nobody cannot list or read it
         return Launch(cmd, executor_env(env, str(scratch_dir), device), _drop_to_nobody, info,
                       str(candidate_dir), str(scratch_dir))
     return Launch(cmd, executor_env(env, str(scratch_dir), device), None, info, str(candidate_dir), str(scratch_dir))
+
+
+def _let_traverse(d: Path) -> None:
+    """Others may pass through `d` and every parent of it inside the temporary directory
+    (not list them): a private dir on the way (mkdtemp's 0700) would stop nobody at its door.
+    Nothing outside the temporary directory is touched."""
+    top = Path(tempfile.gettempdir()).resolve()
+    d = Path(d).resolve()
+    while d != top and _under(d, top):
+        mode = d.stat().st_mode
+        if not mode & 0o001:
+            os.chmod(d, (mode & 0o7777) | 0o111)
+        d = d.parent
 
 
 def _chown_tree(root: Path, uid: int) -> None:

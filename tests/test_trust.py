@@ -393,3 +393,18 @@ def test_the_audited_calls_are_a_uniform_draw_over_the_whole_trial():
         assert n == AUDITS_PER_TRIAL
     expect = 3000 * AUDITS_PER_TRIAL / 30
     assert all(0.7 * expect < c < 1.3 * expect for c in counts), counts
+
+
+def test_the_uid_fallback_lets_nobody_through_a_private_temporary_dir(tmp_path):
+    """mkdtemp makes 0700 dirs: an executor dropped to nobody could not reach its own
+    candidate inside one (it failed so on the H200, where bwrap is absent)."""
+    top = tmp_path / "kdatui-exec-x"
+    inner = top / "exec-0" / "candidate"
+    inner.mkdir(parents=True)
+    top.chmod(0o700)
+    (top / "exec-0").chmod(0o755)  # the executor's own dir, already open: the private one is above it
+    sandbox._let_traverse(inner.parent)
+    for d in (top, top / "exec-0"):
+        mode = d.stat().st_mode
+        assert mode & 0o001, oct(mode)  # others pass through
+    assert not top.stat().st_mode & 0o004  # and still cannot list the private one
