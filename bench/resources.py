@@ -75,6 +75,8 @@ def signature(fn: JITFunction, args: tuple, kwargs: dict) -> tuple[dict, dict, d
         elif isinstance(v, torch.Tensor):
             sig[name] = "*" + DTYPES[v.dtype]
             attrs[(i,)] = [["tt.divisibility", 16]]
+        elif type(v).__name__ == "TensorDescriptor":  # triton.tools.tensor_descriptor (TMA)
+            sig[name] = f"tensordesc<{DTYPES[v.base.dtype]}[{','.join(str(d) for d in v.block_shape)}]>"
         elif isinstance(v, bool):
             sig[name] = "i1"
         elif isinstance(v, int):
@@ -91,6 +93,8 @@ def signature(fn: JITFunction, args: tuple, kwargs: dict) -> tuple[dict, dict, d
 def report(fn: JITFunction, args: tuple, kwargs: dict, sass_path: str | None = None) -> dict:
     sig, constexprs, attrs, options = signature(fn, args, kwargs)
     opts = {"num_warps": options.get("num_warps", 4), "num_stages": options.get("num_stages", 3)}
+    if options.get("maxnreg"):
+        opts["maxnreg"] = options["maxnreg"]
     k = triton.compile(ASTSource(fn, sig, constexprs, attrs), target=TARGET, options=opts)
     with tempfile.TemporaryDirectory() as tmp:
         ptx = os.path.join(tmp, "k.ptx")

@@ -32,3 +32,13 @@ def test_split_compiles_both_stages_for_hopper_and_reports_them():
 def test_an_unknown_tunable_is_refused_before_compiling():
     r = _run("fused", '{"WARPS": 4}')
     assert r.returncode != 0 and "unknown tunable 'WARPS'" in r.stderr
+
+
+def test_wide_compiles_its_tma_walk_and_keeps_the_prep_under_its_register_cap():
+    """The default walk takes TMA descriptors (a `tensordesc` argument to the compiler) and
+    the parallel stage is capped at 128 registers (four programs an SM at 4 warps)."""
+    r = _run("wide", "{}", "--shape", "1,64,2,32,32", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    kernels = {k["kernel"]: k for k in json.loads(r.stdout)["kernels"]}
+    assert set(kernels) == {"_wide_prep_kernel", "_wide_state_tma_kernel"}
+    assert kernels["_wide_prep_kernel"]["maxnreg"] == 128 and kernels["_wide_prep_kernel"]["registers"] <= 128

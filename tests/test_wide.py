@@ -99,6 +99,19 @@ def test_the_correlated_probe_across_both_halves_of_a_64_token_chunk():
     assert _rms(o, ro) < 0.05 and _rms(s, rs) < 0.05
 
 
+def test_segments_walked_in_turn_give_the_unsegmented_call():
+    """SEGMENT: on a GPU the walk of a segment overlaps the next one's parallel stage (two
+    streams); in the interpreter the segments run in order. Either way the state passes from
+    one walk to the next in fp32, so the result is the unsegmented call's, bit for bit."""
+    shape = Shape("s", 1, 580, 1, 16, 16)  # 19 chunks of 32: a segment of 16 and one of 3
+    p = make_probe("random", shape, CPU_TASK.contract)
+    o, s = wide.kda_forward(*p.args(), **p.kwargs())
+    o2, s2 = wide.kda_forward(*p.args(), **p.kwargs(), config={"SEGMENT": 512})
+    assert torch.equal(o, o2) and torch.equal(s, s2)
+    o3, s3 = wide.kda_forward(*p.args(), **{**p.kwargs(), "output_final_state": False}, config={"SEGMENT": 512})
+    assert torch.equal(o, o3) and s3 is None  # the state passed through a scratch buffer instead
+
+
 def test_auto_bv_keeps_about_one_program_per_sm():
     assert wide._auto_bv(96, 128, 132) == 64  # 192 programs (measured fastest on the H200)
     assert wide._auto_bv(64, 128, 132) == 64  # 128 programs
@@ -134,8 +147,10 @@ def test_wide_passes_the_whole_contract_on_the_gpu(shape):
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("config", [{"CHUNK": 64}, {"CHUNK": 64, "BV": 128, "num_warps": 8}, {"CHUNK": 32, "BV": 16}],
-                         ids=["C64", "C64-BV128", "C32-BV16"])
+@pytest.mark.parametrize("config", [{"CHUNK": 64}, {"CHUNK": 64, "BV": 128, "num_warps": 8}, {"CHUNK": 32, "BV": 16},
+                                    {"WALK_TMA": False, "INV_DOT": "ieee", "prep_maxnreg": 0, "num_stages": 2},
+                                    {"SEGMENT": 512}],
+                         ids=["C64", "C64-BV128", "C32-BV16", "pointers-ieee", "segments"])
 @pytest.mark.parametrize("dims", [(1, 1000, 8, 128, 128), (2, 77, 3, 64, 128), (1, 1, 2, 128, 128)],
                          ids=["T1000", "B2-K64", "T1"])
 def test_wide_variants_match_the_reference_on_the_gpu(config, dims):

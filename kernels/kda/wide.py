@@ -13,15 +13,29 @@ fp32, a half's 32x32 inverse as T = D - (D A_off) D (its off-diagonal part squar
 and the second half's rows of W and U by one block substitution, W_2 = T_22 (B_2 - A_21 W_1).
 Every product but the 16x16 inverse takes bf16 operands (bench/wide_numerics.py emulates the
 roundings through the contract's probes; the doubling needs fp32: in tf32 the correlated
-probe overflows). Only -W, U, Q~, K~, M (bf16) and exp(G_last) go to the workspace.
+probe overflows, in bf16x3 the fp64_correlated probe loses one element of 3 million at
+B=2 T=4096). Only -W, U, Q~, K~, M (bf16) and exp(G_last) go to the workspace.
+
+What the H200 showed (bench/RESULTS.md), and what the code does about it: the parallel stage
+bounds the family, and it is bound by how many programs share an SM, so a 32-token chunk is
+computed in an order that keeps few [32,K] fp32 tiles alive (`_lean_chunk32`) and its
+registers are capped at 128 (`prep_maxnreg`: four programs an SM instead of two, 1.09 ->
+0.97 ms); the sequential stage waits on its loads, so its tiles come by TMA descriptors,
+three chunks in flight (`WALK_TMA`, num_stages 3: 0.46 -> 0.35 ms). Whole call at the
+primary shape 1.55 -> 1.30 ms (2.03x fla); with INV_DOT='bf16x3' 1.22 ms (2.17x), which the
+contract refuses at one shape (above).
 
 Stage 1 (`_wide_prep_kernel`, grid chunks x (batch, head)): L2 norms, gate, beta, the
 cumulative decay, A, M, the inverse, W = T diag(beta) (k^ * exp(G)), U = T diag(beta) V,
 Q~ = scale q^ * exp(G), K~ = k^ * exp(G_last - G).
-Stage 2 (`_wide_state_kernel`, grid V-blocks x (batch, head)): walks the chunks in order with
-the state held transposed in registers, St = S^T [BV,K] (every product then has BV rows):
+Stage 2 (`_wide_state_kernel`, or `_wide_state_tma_kernel`; grid V-blocks x (batch, head)):
+walks the chunks in order with the state held transposed in registers, St = S^T [BV,K]
+(every product then has BV rows):
 X^T = U^T - St W^T;  O^T = St Q~^T + X^T M^T;  St' = St diag(exp(G_last)) + X^T K~
 (W is stored negated, so each of the three sums is a product accumulated into its addend).
+SEGMENT > 0 cuts T into segments and walks segment s on a high-priority stream while the
+parallel stage prepares segment s+1 on the caller's stream (which waits for the last walk
+before the call returns); measured no faster at the primary shape, so off by default.
 
 Numerics (KDA.md §4): a factor exp(G_i - m) exp(m - G_j) is formed only where both
 exponents are at most 16 decay steps above zero (<= 115.5 in log2 units at lower_bound -5,
@@ -31,15 +45,17 @@ may overflow there; they are discarded with `where`, never multiplied by a mask.
 
 BV='auto' picks the widest V-block (64 or 32 columns) whose grid still has about as many
 programs as the GPU has SMs (H=96 or 64: 64 columns; H=32: 32 columns); 128-column blocks
-want num_warps=8 (two warpgroups of 64 rows). Measured on the H200 (bench/RESULTS.md): the
-sequential stage is 0.43-0.46 ms at the primary shape, the parallel stage 1.09 ms (CHUNK 32)
-to 1.42 ms (CHUNK 64): the parallel stage bounds the family.
+want num_warps=8 (two warpgroups of 64 rows).
 
 Self-contained: copied alone into a folder as `kernel.py`, it runs. Every tunable is in
 PARAMS / CONFIG below; a variant of this family is this file with another CONFIG. It runs in
-the Triton interpreter too (INTERPRETER_OK), with bf16 products emulated in fp32.
+the Triton interpreter too (INTERPRETER_OK), with bf16 products emulated in fp32; the
+tunables of INTERPRETER_INERT change nothing there. Profiling knobs (not tunables; the
+result is wrong with `_skip`): `_stop_after: "prep"`, `_skip: ["scan", "inverse"]`,
+`_lean: 0` (the two-half path's first half for a 32-token chunk).
 """
 
+import contextlib
 import os
 
 import torch
@@ -53,21 +69,26 @@ PARAMS = {
     "num_warps": (4, 8),  # warps of the sequential stage (8: two warpgroups, for BV 128)
     "num_stages": (1, 2, 3),  # software pipelining depth of the sequential chunk loop
     "prep_warps": (2, 4, 8),  # warps of the parallel stage
-    "INV_DOT": ("ieee", "tf32x3"),  # precision of the 16x16 doubling products (tf32 fails: KDA.md §4)
+    "WALK_TMA": (False, True),  # the sequential stage's tiles by TMA descriptors (inert in the interpreter)
+    "SEGMENT": (0, 512, 1024, 2048),  # tokens per overlapped segment (0: one prep, then one walk)
+    "prep_maxnreg": (0, 96, 128, 168),  # register cap of the parallel stage, 0 none (4 warps: 2, 5, 4, 3 programs an SM)
+    "INV_DOT": ("ieee", "tf32x3", "bf16x3"),  # precision of the 16x16 doubling products (tf32 fails: KDA.md §4)
     "SOLVE_DOT": ("bf16", "tf32"),  # operands of the A, M, inverse, W and U products
     "STATE_DOT": ("bf16", "tf32"),  # operands of the state products W S, Q~ S, M X, K~^T X
 }
+# Launch options and GPU-only paths: they change nothing the Triton interpreter computes.
+INTERPRETER_INERT = ("num_warps", "num_stages", "prep_warps", "prep_maxnreg", "WALK_TMA")
 # Defaults: the fastest configuration measured on the H200 (bench/RESULTS.md, the wide family).
-CONFIG = dict(CHUNK=32, BV='auto', num_warps=4, num_stages=2, prep_warps=4, INV_DOT='ieee',
-              SOLVE_DOT='bf16', STATE_DOT='bf16')
+CONFIG = dict(CHUNK=32, BV='auto', num_warps=4, num_stages=3, WALK_TMA=True, SEGMENT=0, prep_warps=4,
+              prep_maxnreg=128, INV_DOT='ieee', SOLVE_DOT='bf16', STATE_DOT='bf16')
 
 FAMILY = "wide"
 INTERPRETER_OK = True  # every kernel runs under TRITON_INTERPRET=1 (CPU tests cover the family)
 LOG2E = 1.4426950408889634
 
 # dot modes: 0 fp32 operands (tf32 on GPU), 1 bf16 operands, 2 bf16 rounding emulated in
-# fp32 (the Triton interpreter cannot multiply bf16), 3 ieee fp32, 4 tf32x3
-_MODES = {"tf32": 0, "bf16": 1, "ieee": 3, "tf32x3": 4}
+# fp32 (the Triton interpreter cannot multiply bf16), 3 ieee fp32, 4 tf32x3, 5 bf16x3 (6 emulated)
+_MODES = {"tf32": 0, "bf16": 1, "ieee": 3, "tf32x3": 4, "bf16x3": 5}
 
 
 @triton.jit
@@ -124,6 +145,22 @@ def _dot(a, b, MODE: tl.constexpr):
         r = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     elif MODE == 4:
         r = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32x3")
+    elif MODE == 5 or MODE == 6:
+        # bf16x3: each fp32 operand as a bf16 head and a bf16 tail, three bf16 products
+        # (tail x tail dropped): about 16 bits of mantissa on the tensor cores (6: emulated)
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+        if MODE == 5:
+            ah = a.to(tl.bfloat16)
+            bh = b.to(tl.bfloat16)
+            al = (a - ah.to(tl.float32)).to(tl.bfloat16)
+            bl = (b - bh.to(tl.float32)).to(tl.bfloat16)
+        else:
+            ah = _bf16_rne(a)
+            bh = _bf16_rne(b)
+            al = _bf16_rne(a - ah)
+            bl = _bf16_rne(b - bh)
+        r = tl.dot(al, bh, tl.dot(ah, bl, tl.dot(ah, bh)))
     else:
         r = tl.dot(a.to(tl.float32), b.to(tl.float32))
     return r
@@ -215,11 +252,68 @@ def _half_inverse(A, SOLVE: tl.constexpr, INVP: tl.constexpr):
 
 
 @triton.jit
+def _lean_chunk32(q_p, k_p, g_p, b_p, v_p, n, H, alog_exp, dtb, lb2, scale,
+                  w_o, u_o, qt_o, kt_o, m_o, gam_o,
+                  K: tl.constexpr, V: tl.constexpr, SOLVE: tl.constexpr, INVP: tl.constexpr,
+                  FAST: tl.constexpr, SKIP: tl.constexpr):
+    """One 32-token chunk, ordered so that few [32,K] fp32 tiles are alive at once (the
+    register file bounds how many programs share an SM): the gate first, then k (K~ stored,
+    A formed), then q (M and Q~ stored), then the inverse, W and U last, v loaded only there.
+    Same math as the two-half path's first half."""
+    r = tl.arange(0, 32)
+    valid = r < n
+    m2 = valid[:, None]
+    dk = tl.arange(0, K)
+    off = r[:, None] * (H * K) + dk[None, :]
+    ty = w_o.dtype.element_ty
+    g = tl.load(g_p + off, mask=m2, other=0.0).to(tl.float32)
+    e = _exp2(-1.4426950408889634 * (alog_exp * (g + dtb[None, :])), FAST)
+    a2 = tl.where(m2, lb2 * _rcp(1.0 + e, FAST), 0.0)
+    if SKIP & 1:  # profiling (`_skip`): a stage left out, the result wrong
+        G = a2
+    else:
+        G = tl.cumsum(a2, axis=0)
+    tot = tl.sum(a2, axis=0)
+    mid = tl.sum(tl.where((r < 16)[:, None], a2, 0.0), axis=0)
+    tl.store(gam_o, _exp2(tot, FAST))
+    el = _exp2(G - mid[None, :], FAST)  # 2^(G - mid), 2^(mid - G): within 16 decay steps
+    er = _exp2(mid[None, :] - G, FAST)
+    k = tl.load(k_p + off, mask=m2, other=0.0).to(tl.float32)
+    kn = k * tl.math.rsqrt(tl.sum(k * k, axis=1) + 1e-6)[:, None]
+    kr = kn * er
+    tl.store(kt_o + r[:, None] * K + dk[None, :], (kr * _exp2(tot - mid, FAST)[None, :]).to(ty))
+    R = tl.trans(_operand(kr, SOLVE))
+    ke = kn * el
+    be = tl.where(valid, tl.sigmoid(tl.load(b_p + r * H, mask=valid, other=0.0).to(tl.float32)), 0.0)
+    A = tl.where(r[:, None] > r[None, :], _dot(ke, R, SOLVE), 0.0) * be[:, None]
+    em = _exp2(mid, FAST)[None, :]
+    Bk = _operand(ke * (em * be[:, None]), SOLVE)  # diag(beta) k^ 2^G
+    q = tl.load(q_p + off, mask=m2, other=0.0).to(tl.float32)
+    qe = q * (tl.math.rsqrt(tl.sum(q * q, axis=1) + 1e-6)[:, None] * el)
+    M = tl.where(r[:, None] >= r[None, :], _dot(qe, R, SOLVE), 0.0) * scale
+    tl.store(m_o + r[:, None] * 32 + r[None, :], M.to(ty))
+    tl.store(qt_o + r[:, None] * K + dk[None, :], (scale * qe * em).to(ty))
+    # beta scales the right operands, not T's columns: W and U then share T's one rounding
+    # with the state's K~ (folded into T, the correlated probe's error doubled)
+    if SKIP & 2:
+        Tb = _operand(A, SOLVE)
+    else:
+        Tb = _operand(_half_inverse(A, SOLVE, INVP), SOLVE)
+    W = _dot(Tb, Bk, SOLVE)
+    # (through _operand: the interpreter's own bf16 conversion truncates)
+    tl.store(w_o + r[:, None] * K + dk[None, :], _operand(-W, SOLVE).to(ty))  # stored negated (see stage 2)
+    dv = tl.arange(0, V)
+    vb = tl.load(v_p + r[:, None] * (H * V) + dv[None, :], mask=m2, other=0.0)
+    U = _dot(Tb, vb.to(tl.float32) * be[:, None], SOLVE)
+    tl.store(u_o + r[:, None] * V + dv[None, :], _operand(U, SOLVE).to(ty))
+
+
+@triton.jit
 def _wide_prep_kernel(q, k, v, g, beta, A_log, dt_bias, w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws,
-                      T, NC, H, scale, lb2,
+                      T, NC, H, scale, lb2, C0,
                       K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, SOLVE: tl.constexpr,
-                      INVP: tl.constexpr, FAST: tl.constexpr):
-    pid_c = tl.program_id(0)
+                      INVP: tl.constexpr, FAST: tl.constexpr, LEAN: tl.constexpr, SKIP: tl.constexpr):
+    pid_c = tl.program_id(0) + C0
     pid_bh = tl.program_id(1).to(tl.int64)
     b = pid_bh // H
     h = pid_bh % H
@@ -242,6 +336,13 @@ def _wide_prep_kernel(q, k, v, g, beta, A_log, dt_bias, w_ws, u_ws, qt_ws, kt_ws
     uo = chunk * C * V + r[:, None] * V + dv[None, :]
     mo = chunk * C * C + r[:, None] * C + r[None, :]
 
+    if LEAN:
+        if C == 32:
+            _lean_chunk32(q_p, k_p, g_p, b_p, v_p, n, H, alog_exp, dtb, lb2, scale,
+                          w_ws + chunk * C * K, u_ws + chunk * C * V, qt_ws + chunk * C * K,
+                          kt_ws + chunk * C * K, m_ws + chunk * C * C, gam_ws + chunk * K + dk,
+                          K, V, SOLVE, INVP, FAST, SKIP)
+            return
     # first half: its own A, M and inverse; W_1 = T_11 B_1
     qn1, kn1, v1, be1, G1, tot1, mid1 = _load_half(q_p, k_p, g_p, b_p, v_p, n, H * K, H * V, H,
                                                    alog_exp, dtb, lb2, K, V, FAST)
@@ -290,7 +391,55 @@ def _wide_prep_kernel(q, k, v, g, beta, A_log, dt_bias, w_ws, u_ws, qt_ws, kt_ws
 
 
 @triton.jit
-def _wide_state_kernel(w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC, H,
+def _walk_step(St, Wt, Qtt, Kt, Ut, Mt, gam, STATE: tl.constexpr):
+    """One chunk of the walk: (O^T, St') from St and the chunk's terms (see the docstring)."""
+    Sb = _operand(St, STATE)
+    Xt = _dot_acc(Sb, Wt, Ut, STATE)  # the workspace holds -W: X^T = U^T + St (-W)^T
+    Xb = _operand(Xt, STATE)
+    Ot = _dot_acc(Xb, Mt, _dot(Sb, Qtt, STATE), STATE)
+    St = _dot_acc(Xb, Kt, St * gam[None, :], STATE)
+    return Ot, St
+
+
+@triton.jit
+def _wide_state_tma_kernel(w_d, u_d, qt_d, kt_d, m_d, gam_ws, h0, o, hT, T, NC, H, C0, C1,
+                           K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr,
+                           HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, STATE: tl.constexpr,
+                           NUM_STAGES: tl.constexpr):
+    """The walk with the chunk's tiles brought by TMA (descriptors over the workspace as 2-D
+    row tables: a chunk is C rows), pipelined NUM_STAGES deep; otherwise _wide_state_kernel."""
+    pid_v = tl.program_id(0)
+    pid_bh = tl.program_id(1).to(tl.int64)
+    b = pid_bh // H
+    h = pid_bh % H
+    v0 = pid_v * BV
+    dk = tl.arange(0, K)
+    dv = tl.arange(0, BV)
+    r = tl.arange(0, C)
+    s_off = (pid_bh * V + v0 + dv[:, None]) * K + dk[None, :]
+    if HAS_H0:
+        St = tl.load(h0 + s_off).to(tl.float32)
+    else:
+        St = tl.zeros((BV, K), tl.float32)
+    o_p = o + ((b * T + C0 * C) * H + h) * V + v0
+    for c in tl.range(C0, C1, num_stages=NUM_STAGES):
+        row = ((pid_bh * NC + c) * C).to(tl.int32)
+        Wt = tl.trans(w_d.load([row, 0]))
+        Qtt = tl.trans(qt_d.load([row, 0]))
+        Kt = kt_d.load([row, 0])
+        Ut = tl.trans(u_d.load([row, v0])).to(tl.float32)
+        Mt = tl.trans(m_d.load([row, 0]))
+        gam = tl.load(gam_ws + (pid_bh * NC + c) * K + dk)
+        Ot, St = _walk_step(St, Wt, Qtt, Kt, Ut, Mt, gam, STATE)
+        tl.store(o_p + r[None, :] * (H * V) + dv[:, None], Ot.to(o.dtype.element_ty),
+                 mask=(c * C + r < T)[None, :])
+        o_p += C * H * V
+    if STORE_HT:
+        tl.store(hT + s_off, St)
+
+
+@triton.jit
+def _wide_state_kernel(w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC, H, C0, C1,
                        K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr,
                        HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, STATE: tl.constexpr,
                        NUM_STAGES: tl.constexpr):
@@ -307,9 +456,9 @@ def _wide_state_kernel(w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC,
         St = tl.load(h0 + s_off).to(tl.float32)
     else:
         St = tl.zeros((BV, K), tl.float32)
-    o_p = o + (b * T * H + h) * V + v0  # advanced by one chunk of tokens per step (64-bit)
+    o_p = o + ((b * T + C0 * C) * H + h) * V + v0  # advanced by one chunk of tokens per step (64-bit)
     okT = r[None, :] * K + dk[:, None]  # [K,C]: a [C,K] tile read transposed
-    for c in tl.range(0, NC, num_stages=NUM_STAGES):
+    for c in tl.range(C0, C1, num_stages=NUM_STAGES):
         chunk = pid_bh * NC + c
         Wt = tl.load(w_ws + chunk * C * K + okT)
         Qtt = tl.load(qt_ws + chunk * C * K + okT)
@@ -317,11 +466,7 @@ def _wide_state_kernel(w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC,
         Ut = tl.load(u_ws + chunk * C * V + r[None, :] * V + v0 + dv[:, None]).to(tl.float32)
         Mt = tl.load(m_ws + chunk * C * C + r[None, :] * C + r[:, None])
         gam = tl.load(gam_ws + chunk * K + dk)
-        Sb = _operand(St, STATE)
-        Xt = _dot_acc(Sb, Wt, Ut, STATE)  # the workspace holds -W: X^T = U^T + St (-W)^T
-        Xb = _operand(Xt, STATE)
-        Ot = _dot_acc(Xb, Mt, _dot(Sb, Qtt, STATE), STATE)
-        St = _dot_acc(Xb, Kt, St * gam[None, :], STATE)
+        Ot, St = _walk_step(St, Wt, Qtt, Kt, Ut, Mt, gam, STATE)
         tl.store(o_p + r[None, :] * (H * V) + dv[:, None], Ot.to(o.dtype.element_ty),
                  mask=(c * C + r < T)[None, :])
         o_p += C * H * V
@@ -366,30 +511,54 @@ def workspace(B, H, T, K, V, C, device):
                 gam_ws=torch.empty(B * H, NC, K, dtype=torch.float32, device=device))
 
 
-def prep(q, k, v, g, beta, A_log, dt_bias, ws, *, scale, lower_bound, cfg):
-    """Stage 1: every chunk's local terms into the workspace `ws`."""
+def prep(q, k, v, g, beta, A_log, dt_bias, ws, *, scale, lower_bound, cfg, chunks=None):
+    """Stage 1: the local terms of every chunk (or of chunks [c0, c1)) into the workspace `ws`."""
     B, T, H, K = q.shape
     C = cfg["CHUNK"]
     NC = triton.cdiv(T, C)
+    c0, c1 = chunks or (0, NC)
     interp = _interpreting()
     solve = 2 if interp and cfg["SOLVE_DOT"] == "bf16" else (0 if interp else _MODES[cfg["SOLVE_DOT"]])
     inv = _MODES[cfg["INV_DOT"]]  # the interpreter computes both in fp32, each on its own path
-    _wide_prep_kernel[(NC, B * H)](
+    if interp and inv == 5:
+        inv = 6  # bf16x3's roundings emulated
+    _wide_prep_kernel[(c1 - c0, B * H)](
         q, k, v, g, beta, A_log, dt_bias, ws["w_ws"], ws["u_ws"], ws["qt_ws"], ws["kt_ws"], ws["m_ws"],
-        ws["gam_ws"], T, NC, H, scale, lower_bound * LOG2E,
-        K=K, V=v.shape[-1], C=C, SOLVE=solve, INVP=inv, FAST=not interp, num_warps=cfg["prep_warps"],
+        ws["gam_ws"], T, NC, H, scale, lower_bound * LOG2E, c0,
+        K=K, V=v.shape[-1], C=C, SOLVE=solve, INVP=inv, FAST=not interp, LEAN=bool(cfg.get("_lean", True)),
+        SKIP=sum(b for name, b in (("scan", 1), ("inverse", 2)) if name in cfg.get("_skip", ())),
+        num_warps=cfg["prep_warps"],
+        **({"maxnreg": cfg["prep_maxnreg"]} if cfg["prep_maxnreg"] and not interp else {}),
     )
 
 
-def walk(ws, h0, o, hT, *, B, T, H, K, V, cfg, has_h0, store_ht):
-    """Stage 2: the state through every chunk, writing o (and the final state to hT)."""
+def walk(ws, h0, o, hT, *, B, T, H, K, V, cfg, has_h0, store_ht, chunks=None):
+    """Stage 2: the state through every chunk (or chunks [c0, c1)), writing o (and the state
+    after the last of them to hT; h0 and hT may be one buffer: each program reads its block
+    of the state before it writes it)."""
     C = cfg["CHUNK"]
+    NC = triton.cdiv(T, C)
+    c0, c1 = chunks or (0, NC)
     BV, warps = _plan(cfg, B, H, V, o.device)
     interp = _interpreting()
     state = 2 if interp and cfg["STATE_DOT"] == "bf16" else _MODES[cfg["STATE_DOT"]]
-    _wide_state_kernel[(triton.cdiv(V, BV), B * H)](
+    grid = (triton.cdiv(V, BV), B * H)
+    if cfg["WALK_TMA"] and not interp:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        def table(t, cols, block):  # the workspace as a [rows, cols] table, read `block` at a time
+            return TensorDescriptor.from_tensor(t.view(-1, cols), block)
+        _wide_state_tma_kernel[grid](
+            table(ws["w_ws"], K, [C, K]), table(ws["u_ws"], V, [C, BV]), table(ws["qt_ws"], K, [C, K]),
+            table(ws["kt_ws"], K, [C, K]), table(ws["m_ws"], C, [C, C]), ws["gam_ws"], h0, o, hT,
+            T, NC, H, c0, c1,
+            K=K, V=V, C=C, BV=BV, HAS_H0=has_h0, STORE_HT=store_ht, STATE=state,
+            NUM_STAGES=cfg["num_stages"], num_warps=warps,
+        )
+        return
+    _wide_state_kernel[grid](
         ws["w_ws"], ws["u_ws"], ws["qt_ws"], ws["kt_ws"], ws["m_ws"], ws["gam_ws"], h0, o, hT,
-        T, triton.cdiv(T, C), H,
+        T, NC, H, c0, c1,
         K=K, V=V, C=C, BV=BV, HAS_H0=has_h0, STORE_HT=store_ht, STATE=state,
         NUM_STAGES=cfg["num_stages"], num_warps=warps,
     )
@@ -410,9 +579,51 @@ def kda_forward(q, k, v, g, beta, A_log, dt_bias, *, scale=None, lower_bound=-5.
     o = torch.empty(B, T, H, V, dtype=torch.bfloat16, device=q.device)
     hT = torch.empty(B, H, V, K, dtype=torch.float32, device=q.device) if output_final_state else o
     h0 = initial_state.contiguous().float() if initial_state is not None else o
-    prep(q, k, v, g, beta, A_log, dt_bias, ws, scale=scale, lower_bound=lower_bound, cfg=cfg)
+    C = cfg["CHUNK"]
+    NC = triton.cdiv(T, C)
+    per = max(1, cfg["SEGMENT"] // C) if cfg["SEGMENT"] else NC
     if cfg.get("_stop_after") == "prep":  # profiling knob: time the parallel stage alone
+        prep(q, k, v, g, beta, A_log, dt_bias, ws, scale=scale, lower_bound=lower_bound, cfg=cfg)
         return o, (hT if output_final_state else None)
-    walk(ws, h0, o, hT, B=B, T=T, H=H, K=K, V=V, cfg=cfg, has_h0=initial_state is not None,
-         store_ht=output_final_state)
+    if per >= NC:
+        prep(q, k, v, g, beta, A_log, dt_bias, ws, scale=scale, lower_bound=lower_bound, cfg=cfg)
+        walk(ws, h0, o, hT, B=B, T=T, H=H, K=K, V=V, cfg=cfg, has_h0=initial_state is not None,
+             store_ht=output_final_state)
+        return o, (hT if output_final_state else None)
+    # Segments: the walk through segment s (on a high-priority stream) overlaps the parallel
+    # stage of segment s+1 (on the caller's stream); the state passes between the walks
+    # through one buffer; the caller's stream waits for the last walk before returning.
+    # (On the CPU the same segments run in order, with no streams.)
+    gpu = q.device.type == "cuda"
+    main = torch.cuda.current_stream(q.device) if gpu else None
+    side = _side_stream(q.device) if gpu else None
+    state = hT if output_final_state else torch.empty(B, H, V, K, dtype=torch.float32, device=q.device)
+    if gpu:
+        side.wait_stream(main)  # the inputs and buffers are the caller's stream's until here
+    for c0 in range(0, NC, per):
+        c1 = min(NC, c0 + per)
+        prep(q, k, v, g, beta, A_log, dt_bias, ws, scale=scale, lower_bound=lower_bound, cfg=cfg,
+             chunks=(c0, c1))
+        if gpu:
+            ready = torch.cuda.Event()
+            ready.record(main)
+            side.wait_event(ready)
+        with torch.cuda.stream(side) if gpu else contextlib.nullcontext():
+            first = c0 == 0
+            walk(ws, h0 if first else state, o, state, B=B, T=T, H=H, K=K, V=V, cfg=cfg,
+                 has_h0=not first or initial_state is not None, store_ht=True, chunks=(c0, c1))
+    if gpu:
+        main.wait_stream(side)
     return o, (hT if output_final_state else None)
+
+
+_SIDE: dict = {}
+
+
+def _side_stream(device) -> "torch.cuda.Stream":
+    """One high-priority stream per device: its blocks are scheduled ahead of the parallel
+    stage's waiting ones, so each walk starts as soon as its segment is prepared."""
+    key = torch.device(device).index if torch.device(device).index is not None else torch.cuda.current_device()
+    if key not in _SIDE:
+        _SIDE[key] = torch.cuda.Stream(device=key, priority=-100)  # mapped to the highest the device has
+    return _SIDE[key]
