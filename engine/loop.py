@@ -426,7 +426,8 @@ class RunLoop:
         return AgentContext(task=self.task, run_id=self.run_id, members=self.member_views(),
                             history=self.history(), notes=notes, feedback=self.feedback(),
                             log=lambda line: self.bus.emit("agent-output", line),
-                            rng=self.rng, engine_socket=self.engine_socket)
+                            rng=self.rng, engine_socket=self.engine_socket,
+                            device=getattr(self.evaluator, "device_kind", "cuda"))
 
     def member_views(self) -> list[MemberView]:
         views = []

@@ -20,9 +20,9 @@ from kdatui.engine.agents.builtin import (BuiltinAgent, change_text, config_from
 from kdatui.kernels.kda import families, torch_chunked
 
 
-def ctx_of(task, members=(), history=(), seed=0, rng=None) -> AgentContext:
+def ctx_of(task, members=(), history=(), seed=0, rng=None, device="cuda") -> AgentContext:
     return AgentContext(task=task, run_id="run-1", members=list(members), history=list(history), notes=[],
-                        feedback=[], log=lambda line: None, rng=rng or random.Random(seed))
+                        feedback=[], log=lambda line: None, rng=rng or random.Random(seed), device=device)
 
 
 def key(family: str, config: dict) -> tuple:
@@ -34,8 +34,8 @@ class Simulation:
     speedup (None: the attempt fails its checks); the frontier keeps the fastest member
     per family, named as the plan named it."""
 
-    def __init__(self, task, speed, agent=None, seed=0):
-        self.task, self.speed = task, speed
+    def __init__(self, task, speed, agent=None, seed=0, device="cuda"):
+        self.task, self.speed, self.device = task, speed, device
         self.agent = agent or BuiltinAgent()
         self.rng = random.Random(seed)
         self.history: list[AttemptView] = []
@@ -43,7 +43,8 @@ class Simulation:
         self.plans: list[Plan] = []
 
     def step(self) -> Plan | None:
-        plan = self.agent.plan(ctx_of(self.task, self.members.values(), self.history, rng=self.rng))
+        plan = self.agent.plan(ctx_of(self.task, self.members.values(), self.history, rng=self.rng,
+                                      device=self.device))
         if plan is None:
             return None
         self.plans.append(plan)
@@ -176,6 +177,22 @@ def test_every_tunable_change_has_a_reason_of_its_own():
                     text = change_text(family, k, old, new)
                     assert text.startswith(f"{k} {old}->{new} ")
                     assert "to see how it moves the time" not in text, (family, k, old, new)
+
+
+@pytest.mark.parametrize("family", sorted(families.FAMILIES))
+def test_on_the_cpu_no_plan_changes_a_tunable_the_interpreter_ignores(family, cpu_task):
+    """num_warps, num_stages and the like change nothing the interpreter computes: a CPU
+    search that moved them would evaluate the same kernel under another name."""
+    from kdatui.engine.agents.builtin import interpreter_inert
+
+    inert = interpreter_inert(family)
+    task = replace(cpu_task, search=replace(cpu_task.search, seeds=[family]))
+    default = default_config(family)
+    cpu = Simulation(task, lambda f, c, s=None: 1.0 + 0.01 * len(diff(default, c)), device="cpu").run(60)
+    assert cpu and all(p.config.get(k, default[k]) == default[k] for p in cpu for k in inert)
+    if inert:  # on a GPU they are searched
+        gpu = Simulation(task, lambda f, c, s=None: 1.0 + 0.01 * len(diff(default, c)), device="cuda").run(60)
+        assert any(p.config.get(k, default[k]) != default[k] for p in gpu for k in inert)
 
 
 def test_the_bv_reason_reads_like_the_design():

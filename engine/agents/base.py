@@ -63,6 +63,7 @@ class AgentContext:
     rng: random.Random
     engine_socket: Path | None = None  # set in the agent's environment as KDATUI_ENGINE_SOCKET
     timeout_s: float = 1800.0  # a turn's limit (command agents)
+    device: str = "cuda"  # where candidates run: "cpu" is the Triton interpreter (launch options do nothing there)
 
     @property
     def primary(self) -> str:

@@ -50,12 +50,14 @@ PENDING = ("proposed", "evaluating")
 # How often the search considers a tunable (before the credit it earns): the launch and
 # tiling knobs move speed most; precision knobs mostly trade accuracy and often fail.
 PRIOR = {"CHUNK": 1.0, "BV": 1.0, "num_warps": 1.0, "num_stages": 1.0, "prep_warps": 0.7, "PREP_LOOP": 1.0,
-         "SEQ": 0.7, "INV": 0.6, "INV_DOT": 0.3, "STATE_DOT": 0.4, "SOLVE_DOT": 0.4, "WORKSPACE": 0.5}
+         "SEQ": 0.7, "INV": 0.6, "INV_DOT": 0.3, "STATE_DOT": 0.4, "SOLVE_DOT": 0.4, "WORKSPACE": 0.5,
+         "prep_maxnreg": 0.7, "WALK_TMA": 0.5, "SEGMENT": 0.3}
 
 # Short forms for member names: family + the settings that differ from the family default.
 ABBREV = {"CHUNK": "c", "BV": "bv", "num_warps": "w", "num_stages": "s", "prep_warps": "pw", "PREP_LOOP": "pl",
           "INV": "inv", "INV_DOT": "invdot", "STATE_DOT": "state", "SOLVE_DOT": "solve", "WORKSPACE": "ws",
-          "SEQ": "seq", "GROUP": "g", "X_FORM": "x", "GROUP_DOT": "gd", "SHARE": "sh"}
+          "SEQ": "seq", "GROUP": "g", "X_FORM": "x", "GROUP_DOT": "gd", "SHARE": "sh", "prep_maxnreg": "pr",
+          "WALK_TMA": "tma", "SEGMENT": "seg"}
 MAX_NAME = 48
 
 
@@ -72,13 +74,21 @@ def _statement(tree: ast.Module, name: str) -> ast.Assign | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _spec(family: str) -> tuple[dict, dict]:
+def _spec(family: str) -> tuple[dict, dict, tuple]:
     text = families.source(family)
     tree = ast.parse(text)
     node = _statement(tree, "PARAMS")
     if node is None:
         raise ValueError(f"{families.FAMILIES[family]}: no PARAMS = {{...}} of the family's tunables")
-    return ast.literal_eval(node.value), families.config_of(text)
+    inert = _statement(tree, "INTERPRETER_INERT")
+    return (ast.literal_eval(node.value), families.config_of(text),
+            tuple(ast.literal_eval(inert.value)) if inert is not None else ())
+
+
+def interpreter_inert(family: str) -> tuple[str, ...]:
+    """The family's tunables that change nothing the Triton interpreter computes (launch
+    options, GPU-only paths): a CPU search that changed them would evaluate the same kernel."""
+    return _spec(family)[2]
 
 
 def family_params(family: str) -> dict[str, tuple]:
@@ -128,7 +138,14 @@ FAMILY_NOTES = {
     ("wide", "num_warps"): "(wide: the sequential stage only; 8 suits BV 128; inert in the interpreter)",
     ("wide", "num_stages"): "(wide: the sequential stage's loads; inert in the interpreter)",
     ("wide", "prep_warps"): "(wide: the parallel stage, the family's bound; inert in the interpreter)",
-    ("wide", "INV_DOT"): "(wide: tf32x3 was 2.2x slower on the H200; the interpreter runs both in fp32)",
+    ("wide", "INV_DOT"): "(wide: tf32x3 was 2.2x slower on the H200; bf16x3 7% faster, but the fp64_correlated "
+                         "probe failed at one shape; the interpreter runs ieee and tf32x3 in fp32)",
+    ("wide", "prep_maxnreg"): "(wide: 128 fits four parallel-stage programs an SM, measured fastest; 96 spills; "
+                              "inert in the interpreter)",
+    ("wide", "WALK_TMA"): "(wide: with num_stages 3 the sequential stage went 0.46 -> 0.35 ms on the H200; "
+                          "inert in the interpreter)",
+    ("wide", "SEGMENT"): "(wide: no faster at the primary shape on the H200, 512 much slower; the interpreter "
+                         "runs the segments in order)",
     ("wide", "SOLVE_DOT"): "(wide: bf16 passes every probe; the interpreter runs tf32 as plain fp32)",
     ("wide", "STATE_DOT"): "(wide: the interpreter runs tf32 as plain fp32)",
 }
@@ -167,6 +184,14 @@ def _why_change(family: str, key: str, old, new) -> str:
     if key == "prep_warps":
         return ("for more warps in the parallel stage's A, inverse, W and U products" if up
                 else "for fewer warps in the parallel stage: more of its programs resident per SM")
+    if key == "prep_maxnreg":
+        if not new:
+            return "for no register cap in the parallel stage: no spills, fewer programs resident per SM"
+        return ("for a looser register cap in the parallel stage: fewer spills, fewer programs per SM" if up and old
+                else f"for a cap of {new} registers in the parallel stage: more of its programs resident per SM")
+    if key == "SEGMENT" and new:
+        return (f"to overlap the walk through each {new}-token segment with the parallel stage of the next "
+                "(the walk on a high-priority stream)")
     if key == "PREP_LOOP":
         return ("for more chunks per parallel-stage program, the next chunk's loads in flight while one computes" if up
                 else "for fewer chunks per parallel-stage program: more programs to fill the GPU")
@@ -185,6 +210,12 @@ def _why_change(family: str, key: str, old, new) -> str:
         ("INV", "doubling"): "for the doubling inverse (I-A)(I+A^2)(I+A^4)(I+A^8): four products, no serial loop",
         ("INV_DOT", "tf32x3"): "for tf32x3 doubling products: faster than ieee fp32; the correlated probe tells",
         ("INV_DOT", "ieee"): "for ieee fp32 doubling products: slower, the most accurate inverse",
+        ("INV_DOT", "bf16x3"): "for bf16x3 doubling products on the tensor cores: fewer shared-memory round trips "
+                               "than fp32 on the FMA units, about 16 bits of mantissa",
+        ("WALK_TMA", True): "for the sequential stage's tiles by TMA descriptors: asynchronous copies pipelined "
+                            "without the threads' address work",
+        ("WALK_TMA", False): "for the sequential stage's tiles by pointer loads (cp.async)",
+        ("SEGMENT", 0): "for one parallel stage, then one walk: no stream hand-offs",
         ("STATE_DOT", "bf16"): "for bf16 operands in the state products: twice the tensor-core rate of tf32",
         ("STATE_DOT", "tf32"): "for tf32 operands in the state products: more precision where bf16 state drifts",
         ("SOLVE_DOT", "tf32"): "for tf32 A/M and inverse products: the fastest fp32-input products",
@@ -388,10 +419,15 @@ class BuiltinAgent(Agent):
                                  f"(known: {', '.join(families.FAMILIES)}) nor a candidate path")
         return fams or list(families.FAMILIES)
 
-    def params(self, family: str) -> dict[str, tuple]:
+    def params(self, family: str, device: str = "cuda") -> dict[str, tuple]:
+        """The searched tunables; on the CPU (the interpreter) without the family's inert ones."""
         if self.space and family in self.space:
-            return {k: tuple(v) for k, v in self.space[family].items()}
-        return {k: tuple(v) for k, v in family_params(family).items()}
+            space = {k: tuple(v) for k, v in self.space[family].items()}
+        else:
+            space = {k: tuple(v) for k, v in family_params(family).items()}
+        if device == "cpu":
+            space = {k: v for k, v in space.items() if k not in interpreter_inert(family)}
+        return space
 
     def plan(self, ctx: AgentContext) -> Plan | None:
         fams = self.families(ctx)
@@ -428,7 +464,7 @@ class BuiltinAgent(Agent):
 
     def _plan_family(self, ctx: AgentContext, f: str, know: Knowledge) -> Plan | None:
         rng = ctx.rng
-        space = self.params(f)
+        space = self.params(f, ctx.device)
         members = self._members(ctx, f)
         best = members[0] if members else None
         if members and rng.random() < self.jump_p:

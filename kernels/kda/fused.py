@@ -61,6 +61,9 @@ PARAMS = {
     "SOLVE_DOT": ("tf32", "tf32x3", "ieee"),  # precision of the A/M and inverse products
 }
 # Defaults: the fastest configuration measured on the H200 (bench/RESULTS.md).
+# Launch options, precisions the interpreter computes in plain fp32 whatever they say, and the
+# sharing of local terms between programs (never in the interpreter, which runs them in turn).
+INTERPRETER_INERT = ("num_warps", "num_stages", "SOLVE_DOT", "INV_DOT", "SHARE")
 CONFIG = dict(CHUNK=16, BV=128, num_warps=8, num_stages=1, GROUP=8, X_FORM='wu', GROUP_DOT='3d', SHARE='auto', INV='doubling', INV_DOT='ieee',
               STATE_DOT='bf16', SOLVE_DOT='tf32')
 

@@ -41,6 +41,8 @@ PARAMS = {
     "SEQ": ("kv", "vk"),  # state held as S [K,BV] or transposed [BV,K] (every product then has M = BV)
 }
 # Defaults: the fastest configuration measured on the H200 (bench/RESULTS.md).
+# Launch options, and precisions the interpreter computes in plain fp32 whatever they say.
+INTERPRETER_INERT = ("num_warps", "num_stages", "prep_warps", "SOLVE_DOT", "INV_DOT")
 CONFIG = dict(CHUNK=16, BV=64, num_warps=4, num_stages=3, prep_warps=2, PREP_LOOP=1, INV='doubling',
               INV_DOT='ieee', STATE_DOT='bf16', SOLVE_DOT='tf32', WORKSPACE='bf16', SEQ='vk')
 
