@@ -40,5 +40,5 @@ def test_wide_compiles_its_tma_walk_and_keeps_the_prep_under_its_register_cap():
     r = _run("wide", "{}", "--shape", "1,64,2,32,32", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     kernels = {k["kernel"]: k for k in json.loads(r.stdout)["kernels"]}
-    assert set(kernels) == {"_wide_prep_kernel", "_wide_state_tma_kernel"}
+    assert set(kernels) == {"_wide_prep_kernel", "_wide_state_kernel"}
     assert kernels["_wide_prep_kernel"]["maxnreg"] == 128 and kernels["_wide_prep_kernel"]["registers"] <= 128

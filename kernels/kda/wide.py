@@ -28,7 +28,7 @@ contract refuses at one shape (above).
 Stage 1 (`_wide_prep_kernel`, grid chunks x (batch, head)): L2 norms, gate, beta, the
 cumulative decay, A, M, the inverse, W = T diag(beta) (k^ * exp(G)), U = T diag(beta) V,
 Q~ = scale q^ * exp(G), K~ = k^ * exp(G_last - G).
-Stage 2 (`_wide_state_kernel`, or `_wide_state_tma_kernel`; grid V-blocks x (batch, head)):
+Stage 2 (`_wide_state_kernel`, grid V-blocks x (batch, head); its tiles by TMA or pointers):
 walks the chunks in order with the state held transposed in registers, St = S^T [BV,K]
 (every product then has BV rows):
 X^T = U^T - St W^T;  O^T = St Q~^T + X^T M^T;  St' = St diag(exp(G_last)) + X^T K~
@@ -402,47 +402,12 @@ def _walk_step(St, Wt, Qtt, Kt, Ut, Mt, gam, STATE: tl.constexpr):
 
 
 @triton.jit
-def _wide_state_tma_kernel(w_d, u_d, qt_d, kt_d, m_d, gam_ws, h0, o, hT, T, NC, H, C0, C1,
-                           K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr,
-                           HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, STATE: tl.constexpr,
-                           NUM_STAGES: tl.constexpr):
-    """The walk with the chunk's tiles brought by TMA (descriptors over the workspace as 2-D
-    row tables: a chunk is C rows), pipelined NUM_STAGES deep; otherwise _wide_state_kernel."""
-    pid_v = tl.program_id(0)
-    pid_bh = tl.program_id(1).to(tl.int64)
-    b = pid_bh // H
-    h = pid_bh % H
-    v0 = pid_v * BV
-    dk = tl.arange(0, K)
-    dv = tl.arange(0, BV)
-    r = tl.arange(0, C)
-    s_off = (pid_bh * V + v0 + dv[:, None]) * K + dk[None, :]
-    if HAS_H0:
-        St = tl.load(h0 + s_off).to(tl.float32)
-    else:
-        St = tl.zeros((BV, K), tl.float32)
-    o_p = o + ((b * T + C0 * C) * H + h) * V + v0
-    for c in tl.range(C0, C1, num_stages=NUM_STAGES):
-        row = ((pid_bh * NC + c) * C).to(tl.int32)
-        Wt = tl.trans(w_d.load([row, 0]))
-        Qtt = tl.trans(qt_d.load([row, 0]))
-        Kt = kt_d.load([row, 0])
-        Ut = tl.trans(u_d.load([row, v0])).to(tl.float32)
-        Mt = tl.trans(m_d.load([row, 0]))
-        gam = tl.load(gam_ws + (pid_bh * NC + c) * K + dk)
-        Ot, St = _walk_step(St, Wt, Qtt, Kt, Ut, Mt, gam, STATE)
-        tl.store(o_p + r[None, :] * (H * V) + dv[:, None], Ot.to(o.dtype.element_ty),
-                 mask=(c * C + r < T)[None, :])
-        o_p += C * H * V
-    if STORE_HT:
-        tl.store(hT + s_off, St)
-
-
-@triton.jit
 def _wide_state_kernel(w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC, H, C0, C1,
                        K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr,
                        HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, STATE: tl.constexpr,
-                       NUM_STAGES: tl.constexpr):
+                       NUM_STAGES: tl.constexpr, TMA: tl.constexpr):
+    """TMA: w_ws, u_ws, qt_ws, kt_ws, m_ws are TMA descriptors over the workspace as 2-D row
+    tables (a chunk is C rows), else pointers; either way NUM_STAGES chunks in flight."""
     pid_v = tl.program_id(0)
     pid_bh = tl.program_id(1).to(tl.int64)
     b = pid_bh // H
@@ -460,11 +425,19 @@ def _wide_state_kernel(w_ws, u_ws, qt_ws, kt_ws, m_ws, gam_ws, h0, o, hT, T, NC,
     okT = r[None, :] * K + dk[:, None]  # [K,C]: a [C,K] tile read transposed
     for c in tl.range(C0, C1, num_stages=NUM_STAGES):
         chunk = pid_bh * NC + c
-        Wt = tl.load(w_ws + chunk * C * K + okT)
-        Qtt = tl.load(qt_ws + chunk * C * K + okT)
-        Kt = tl.load(kt_ws + chunk * C * K + r[:, None] * K + dk[None, :])
-        Ut = tl.load(u_ws + chunk * C * V + r[None, :] * V + v0 + dv[:, None]).to(tl.float32)
-        Mt = tl.load(m_ws + chunk * C * C + r[None, :] * C + r[:, None])
+        if TMA:
+            row = (chunk * C).to(tl.int32)
+            Wt = tl.trans(w_ws.load([row, 0]))
+            Qtt = tl.trans(qt_ws.load([row, 0]))
+            Kt = kt_ws.load([row, 0])
+            Ut = tl.trans(u_ws.load([row, v0])).to(tl.float32)
+            Mt = tl.trans(m_ws.load([row, 0]))
+        else:
+            Wt = tl.load(w_ws + chunk * C * K + okT)
+            Qtt = tl.load(qt_ws + chunk * C * K + okT)
+            Kt = tl.load(kt_ws + chunk * C * K + r[:, None] * K + dk[None, :])
+            Ut = tl.load(u_ws + chunk * C * V + r[None, :] * V + v0 + dv[:, None]).to(tl.float32)
+            Mt = tl.load(m_ws + chunk * C * C + r[None, :] * C + r[:, None])
         gam = tl.load(gam_ws + chunk * K + dk)
         Ot, St = _walk_step(St, Wt, Qtt, Kt, Ut, Mt, gam, STATE)
         tl.store(o_p + r[None, :] * (H * V) + dv[:, None], Ot.to(o.dtype.element_ty),
@@ -542,25 +515,19 @@ def walk(ws, h0, o, hT, *, B, T, H, K, V, cfg, has_h0, store_ht, chunks=None):
     BV, warps = _plan(cfg, B, H, V, o.device)
     interp = _interpreting()
     state = 2 if interp and cfg["STATE_DOT"] == "bf16" else _MODES[cfg["STATE_DOT"]]
-    grid = (triton.cdiv(V, BV), B * H)
-    if cfg["WALK_TMA"] and not interp:
+    tiles = [ws["w_ws"], ws["u_ws"], ws["qt_ws"], ws["kt_ws"], ws["m_ws"]]
+    tma = bool(cfg["WALK_TMA"]) and not interp
+    if tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        def table(t, cols, block):  # the workspace as a [rows, cols] table, read `block` at a time
-            return TensorDescriptor.from_tensor(t.view(-1, cols), block)
-        _wide_state_tma_kernel[grid](
-            table(ws["w_ws"], K, [C, K]), table(ws["u_ws"], V, [C, BV]), table(ws["qt_ws"], K, [C, K]),
-            table(ws["kt_ws"], K, [C, K]), table(ws["m_ws"], C, [C, C]), ws["gam_ws"], h0, o, hT,
-            T, NC, H, c0, c1,
-            K=K, V=V, C=C, BV=BV, HAS_H0=has_h0, STORE_HT=store_ht, STATE=state,
-            NUM_STAGES=cfg["num_stages"], num_warps=warps,
-        )
-        return
-    _wide_state_kernel[grid](
-        ws["w_ws"], ws["u_ws"], ws["qt_ws"], ws["kt_ws"], ws["m_ws"], ws["gam_ws"], h0, o, hT,
+        # the workspace as [rows, cols] tables, read a block of one chunk's rows at a time
+        tiles = [TensorDescriptor.from_tensor(t.view(-1, cols), [C, width])
+                 for t, cols, width in zip(tiles, (K, V, K, K, C), (K, BV, K, K, C))]
+    _wide_state_kernel[(triton.cdiv(V, BV), B * H)](
+        *tiles, ws["gam_ws"], h0, o, hT,
         T, NC, H, c0, c1,
         K=K, V=V, C=C, BV=BV, HAS_H0=has_h0, STORE_HT=store_ht, STATE=state,
-        NUM_STAGES=cfg["num_stages"], num_warps=warps,
+        NUM_STAGES=cfg["num_stages"], TMA=tma, num_warps=warps,
     )
 
 
