@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-VERDICT_STYLE = {"PASS": "green", "FAIL": "red", "FLAKY": "yellow", "SUSPECT": "bold magenta", "ERROR": "bold red"}
+VERDICT_STYLE = {"PASS": "green", "RACED": "dim", "FAIL": "red", "FLAKY": "yellow", "SUSPECT": "bold magenta", "ERROR": "bold red"}
 console = Console()
 
 

@@ -68,10 +68,13 @@ class Evaluator(ABC):
 
     @abstractmethod
     def evaluate(self, task: Task, candidate_path: str | Path, shapes: Iterable[str | Shape] | None = None,
-                 *, progress: ProgressFn | None = None, timing: bool = True) -> list[Evaluation]:
+                 *, progress: ProgressFn | None = None, timing: bool = True,
+                 race: dict[str, float] | None = None) -> list[Evaluation]:
         """Shapes default to all of the task's. `progress(event)` receives dicts with an
         `event` key ("start", "progress", "result", "worker"), see LocalEvaluator.
-        `timing=False`: the checks alone (`kdatui check`)."""
+        `timing=False`: the checks alone (`kdatui check`). `race`: per shape name, the least
+        speedup that could be admitted; a timing whose best trial stays below it stops early
+        and is recorded RACED (judge.time_pair)."""
 
     @property
     def sandbox(self) -> sandbox.SandboxInfo:
@@ -390,6 +393,7 @@ class _Job:
     timeout_s: float
     timing: bool = True
     hung: list | None = None  # shared by the jobs of one call: the first shape that hung
+    race_below: float | None = None  # the least speedup worth timing to the end (None: time it all)
 
 
 class LocalEvaluator(Evaluator):
@@ -443,11 +447,14 @@ class LocalEvaluator(Evaluator):
     # -- the interface
 
     def evaluate(self, task: Task, candidate_path: str | Path, shapes: Iterable[str | Shape] | None = None,
-                 *, progress: ProgressFn | None = None, timing: bool = True) -> list[Evaluation]:
+                 *, progress: ProgressFn | None = None, timing: bool = True,
+                 race: dict[str, float] | None = None) -> list[Evaluation]:
         if self._closed:
             raise EvaluatorError("this evaluator is closed")
         hung: list = []
-        jobs = [replace(self._job(task, candidate_path, s), timing=timing, hung=hung) for s in self._shapes(task, shapes)]
+        race = race or {}
+        jobs = [replace(self._job(task, candidate_path, s), timing=timing, hung=hung, race_below=race.get(s.name))
+                for s in self._shapes(task, shapes)]
         emit = _safe(progress)
         if len(jobs) == 1 or len(self.slots) == 1:
             return [self._run(job, emit) for job in jobs]
@@ -550,7 +557,7 @@ class LocalEvaluator(Evaluator):
         w.jobs += 1
         w.send({"op": "evaluate", "id": job_id, "task_name": job.task.name, "task_toml": job.task_toml,
                 "shape": job.shape.name, "candidate": job.candidate_abs, "timing": job.timing,
-                "timeout_s": job.timeout_s})
+                "timeout_s": job.timeout_s, "race_below": job.race_below})
         # The judge holds the candidate to its time limit; this deadline is for a judge gone silent.
         deadline = time.monotonic() + job.timeout_s + JUDGE_SLACK_S
         last_progress: dict | None = None
@@ -615,7 +622,7 @@ class RayEvaluator(Evaluator):
                                  "and a running Ray cluster; use the 'local' backend otherwise") from None
         raise EvaluatorError("the 'ray' evaluator backend is not implemented yet; use the 'local' backend")
 
-    def evaluate(self, task, candidate_path, shapes=None, *, progress=None):  # pragma: no cover
+    def evaluate(self, task, candidate_path, shapes=None, *, progress=None, timing=True, race=None):  # pragma: no cover
         raise EvaluatorError("the 'ray' evaluator backend is not implemented yet")
 
     def close(self) -> None:  # pragma: no cover

@@ -517,7 +517,9 @@ class Frontier:
 
     def record_evaluations(self, attempt_id: int, task, evaluations: list) -> Attempt:
         """Store the evaluations of an attempt and its verdict in one transaction: passed
-        (every shape of the task PASS), failed, or error (an ERROR, or a shape missing)."""
+        (every shape of the task PASS), failed (verdict `raced` where the only shapes short of
+        PASS were raced out: stopped in timing, never admitted), or error (an ERROR, or a shape
+        missing)."""
         att = self.attempt(attempt_id)
         by_shape = {}
         for ev in evaluations:
@@ -530,13 +532,14 @@ class Frontier:
         elif all(v == "PASS" for v in verdicts):
             verdict = "passed"
         else:
-            verdict = "failed"
+            verdict = "raced" if all(v in ("PASS", "RACED") for v in verdicts) else "failed"
         problems = [f"{s}: not evaluated" for s in missing] + [
             f"{s}: {d['verdict']}" + (f" ({d.get('reason')})" if d.get("reason") else "")
             for s, d in by_shape.items() if d["verdict"] != "PASS"]
         with self.store.transaction():
             self.store.add_evaluations(attempt_id, task.name, list(by_shape.values()))
-            self.store.update_attempt(attempt_id, status=verdict, verdict=verdict, reason="; ".join(problems))
+            self.store.update_attempt(attempt_id, status="failed" if verdict == "raced" else verdict, verdict=verdict,
+                                      reason="; ".join(problems))
             self.store.event(att.run, "attempt-evaluated", attempt=attempt_id, name=att.name, family=att.family,
                              verdict=verdict, shapes={s: {"verdict": d["verdict"], "speedup": (d.get("timing") or {}).get("speedup"),
                                                           "noise": noise_of(d.get("timing"))}

@@ -35,7 +35,7 @@ from .checks import HARNESS_VERSION, CandidateFault, _judge, reference_outputs, 
 from .executor import Executor, ExecutorFault, ExecutorPool, read_candidate
 from .probes import ProbeInputs, Tolerance, tolerance_for
 from .records import Evaluation
-from .timing import (TIMER_CPU, TIMER_GPU, WALL_SLACK_MS, WALL_SLACK_MS_CPU, batch_overhead, bound_by_wall, bytes_moved,
+from .timing import (TIMER_CPU, TIMER_GPU, WALL_SLACK_MS, WALL_SLACK_MS_CPU, batch_overhead, bound_by_wall, bytes_moved, race_out,
                      floor_check, summarize)
 
 HERE = Path(__file__).resolve().parent
@@ -337,10 +337,13 @@ def _timing_sets(device: str, dims: dict, repeats: int) -> int:
 
 
 def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, device: str, *,
-              progress=None, floor_ms: float | None = None, audit=None, spent: dict | None = None) -> tuple:
+              progress=None, floor_ms: float | None = None, audit=None, spent: dict | None = None,
+              race_below: float | None = None) -> tuple:
     """Paired timing of the candidate against the baseline, each in its own executor, on
     fresh inputs for every timed call. Returns (PairedTiming, audit verdict, audit reason).
-    `spent` (a dict) gets the judge's seconds by part: warmup, fill, batches, audit."""
+    `spent` (a dict) gets the judge's seconds by part: warmup, fill, batches, audit.
+    `race_below`: the least speedup that could be admitted; when even the best trial so far
+    is below it, the trials left are not run (the timing says so in `raced`)."""
     spent = {} if spent is None else spent
     for k in ("warmup", "fill", "batches", "audit"):
         spent[k] = 0.0
@@ -382,6 +385,7 @@ def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, devic
     audited = 0
     failed = ""
     last: tuple[int, list[int]] | None = None
+    raced = ""
     for trial in range(b.trials):
         if progress:
             progress(trial, b.trials, f"trial {trial + 1}/{b.trials}")
@@ -438,6 +442,10 @@ def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, devic
         per_trial["cand"].append(statistics.median(calls["cand"]))
         if failed:
             break  # the figures so far stay in the record; a wrong kernel is not timed further
+        ratios = [bm / cm for bm, cm in zip(per_trial["base"], per_trial["cand"]) if cm > 0]
+        raced = race_out(ratios, race_below, b.trials - trial - 1)
+        if raced:
+            break
     if progress:
         progress(b.trials, b.trials, "timed")
     timing = summarize(per_trial["base"], per_trial["cand"], repeats=b.repeats,
@@ -445,6 +453,7 @@ def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, devic
                        host=(host[0], host[1]), flags=flags, floor_ms=floor_ms, audited=audited, sets_per_batch=n)
     suspect = suspect or floor_check(timing.candidate.median_ms, floor_ms)
     timing.suspect = suspect
+    timing.raced = raced
     if failed:
         return timing, "FAIL", failed
     # one timed call, picked now, against the fp64 reference of its inputs (drawn again from its
@@ -587,9 +596,11 @@ class Judge:
         return self.baseline, name
 
     def evaluate(self, task, shape, candidate: str, *, timing: bool = True, salt: bytes | None = None,
-                 progress: _Progress | None = None, timeout_s: float | None = None) -> Evaluation:
+                 progress: _Progress | None = None, timeout_s: float | None = None,
+                 race_below: float | None = None) -> Evaluation:
         """Checks, then (only if they pass, and if asked) paired timing and its audit.
-        Never raises for a candidate's fault: the record says what happened."""
+        Never raises for a candidate's fault: the record says what happened. `race_below`:
+        see time_pair; a timing stopped so is recorded RACED with its partial figure."""
         t_start = time.perf_counter()
         timeout = timeout_s or task.bench.timeout_s
         ev = Evaluation(candidate=candidate, task=task.name, shape=shape.name, dims=shape.dims(), verdict="ERROR",
@@ -626,7 +637,8 @@ class Judge:
             spent: dict = {}
             pt, audit, reason = time_pair(base, sess, task, shape, self.device,
                                           progress=progress.timing if progress else None,
-                                          floor_ms=self.floor_ms(shape.dims()), spent=spent)
+                                          floor_ms=self.floor_ms(shape.dims()), spent=spent,
+                                          race_below=race_below)
             ev.seconds.update({f"timing.{k}": v for k, v in spent.items()})
             if progress:
                 progress.post_timing()
@@ -640,7 +652,12 @@ class Judge:
                              f"against the baseline's {pt.baseline.median_ms:.4g} ms)")
             else:
                 ev.timing = pt
-                ev.verdict, ev.reason = ("SUSPECT", f"timing: {pt.suspect}") if pt.suspect else ("PASS", "")
+                if pt.suspect:
+                    ev.verdict, ev.reason = "SUSPECT", f"timing: {pt.suspect}"
+                elif pt.raced:
+                    ev.verdict, ev.reason = "RACED", f"timing: {pt.raced}"
+                else:
+                    ev.verdict, ev.reason = "PASS", ""
             return ev
         except CandidateGone as e:
             ev.verdict, ev.reason, ev.log = "ERROR", e.reason, e.log

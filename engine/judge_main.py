@@ -76,7 +76,7 @@ def _run_job(ch: _Channel, judge, msg: dict) -> None:
                          task.bench.trials if msg.get("timing", True) else 0)
     try:
         ev = judge.evaluate(task, shape, msg["candidate"], timing=msg.get("timing", True), salt=salt, progress=progress,
-                            timeout_s=msg.get("timeout_s"))
+                            timeout_s=msg.get("timeout_s"), race_below=msg.get("race_below"))
     except Exception as e:  # the harness itself failed
         ev = Evaluation.error(msg["candidate"], task.name, shape, f"harness: {type(e).__name__}: {_first_line(e)}",
                               device=judge.device_name, harness=HARNESS_VERSION)

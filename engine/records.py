@@ -8,7 +8,9 @@ from dataclasses import asdict, dataclass, field
 from .timing import PairedTiming
 
 HARNESS_VERSION = "2"  # 2: judge and sandboxed executor; batch timing on fresh inputs (2026-12-01)
-VERDICTS = ("PASS", "FAIL", "FLAKY", "SUSPECT", "ERROR")
+# RACED (an evaluation's): the checks passed, and timing stopped early because the candidate
+# could not be admitted (judge.time_pair); its partial figure stays, it is never admitted
+VERDICTS = ("PASS", "RACED", "FAIL", "FLAKY", "SUSPECT", "ERROR")
 
 
 @dataclass
@@ -62,7 +64,7 @@ class CheckReport:
 
 
 def worst(verdicts: list[str]) -> str:
-    for v in ("ERROR", "FAIL", "SUSPECT", "FLAKY"):
+    for v in ("ERROR", "FAIL", "SUSPECT", "FLAKY", "RACED"):
         if v in verdicts:
             return v
     return "PASS"

@@ -83,6 +83,9 @@ class Bench:
     flush_l2: bool = True
     baseline: str = "fla"
     timeout_s: float = 600.0
+    # racing: a candidate whose best trial so far is below (1 - race) x its family member's
+    # speedup on the primary shape is stopped there (recorded RACED, never admitted); 0: off
+    race: float = 0.2
 
 
 @dataclass
@@ -265,6 +268,7 @@ def _task_from_dict(data: dict, where: str) -> Task:
         "flush_l2": (bool, None, "true or false"),
         "baseline": (str, lambda v: v != "", "'fla', 'torch', or a candidate path"),
         "timeout_s": (float, lambda v: v > 0, "a positive number of seconds"),
+        "race": (float, lambda v: 0 <= v < 1, "a fraction from 0 (no racing) up to 1"),
     })
     search = _section(where, data, "search", Search, {
         "agent": (str, lambda v: v != "", "an agent name ('builtin' or a configured command agent)"),

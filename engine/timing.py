@@ -65,6 +65,7 @@ class PairedTiming:
     floor_ms: float | None = None  # bytes moved / measured bandwidth at this shape (GPU)
     audited: int = 0  # timed calls whose outputs the judge checked after the fact
     sets_per_batch: int = 0  # distinct fresh input sets per batch (= calls per batch)
+    raced: str = ""  # why timing stopped before its last trial (the figure is partial: never admitted)
 
     @property
     def noise(self) -> float:
@@ -256,3 +257,16 @@ def paired_timing(baseline: Callable[[Any], Any], candidate: Callable[[Any], Any
         progress(trials, trials, "timed")
     return summarize(per_trial["baseline"], per_trial["candidate"], repeats=repeats, timer=timer.name,
                      flush_l2=timer.flush_l2, host=host, sets_per_batch=repeats)
+
+
+def race_out(trial_speedups: list[float], bar: float | None, trials_left: int) -> str:
+    """Why timing can stop now, or "": with trials still to come, even the best trial so far
+    (baseline / candidate, paired) is below `bar`, the least speedup that could be admitted."""
+    if not bar or not trial_speedups or trials_left <= 0:
+        return ""
+    best = max(trial_speedups)
+    if best >= bar:
+        return ""
+    n = len(trial_speedups)
+    return (f"raced out after {n} trial{'s' if n > 1 else ''}: at best {best:.3g}x, below the {bar:.3g}x "
+            f"its family's member sets; {trials_left} trial{'s' if trials_left > 1 else ''} not run")

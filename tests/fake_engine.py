@@ -44,9 +44,9 @@ BASE_MS = {"b1_t8192_h96": 5.61, "b1_t4096_h64": 1.92, "b2_t2048_h32": 0.874}
 
 def cell(shape: str, speedup: float | None, verdict: str = "PASS", noise: float = 0.02) -> dict:
     base = BASE_MS.get(shape, 1.0)
-    if verdict != "PASS" or speedup is None:
+    if verdict not in ("PASS", "RACED") or speedup is None:  # a raced-out shape keeps its partial figure
         return {"verdict": verdict, "speedup": None, "ms": None, "baseline_ms": base, "noise": None}
-    return {"verdict": "PASS", "speedup": speedup, "ms": round(base / speedup, 4), "baseline_ms": base,
+    return {"verdict": verdict, "speedup": speedup, "ms": round(base / speedup, 4), "baseline_ms": base,
             "noise": noise}
 
 

@@ -81,8 +81,9 @@ class FakeEvaluator:
     def __init__(self, noise: float = 0.02):
         self.noise = noise
         self.calls: list[tuple[str, str, list[str]]] = []
+        self.races: list[dict] = []  # the racing bars each call was given
 
-    def evaluate(self, task, candidate_path, shapes=None, *, progress=None):
+    def evaluate(self, task, candidate_path, shapes=None, *, progress=None, timing=True, race=None):
         text = (Path(candidate_path) / "kernel.py").read_text()
         speeds = {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", re.search(r"# fake: (.*)", text).group(1))}
         m = re.search(r"# fake-fail: (.*)", text)
@@ -94,9 +95,15 @@ class FakeEvaluator:
             if progress:
                 progress({"event": "progress", "shape": name, "done": i, "total": len(names), "label": "fake"})
             shape = task.shapes[name]
-            out.append(evaluation(shape, speeds.get(name, speeds.get("default", 1.0)),
-                                  verdict="FAIL" if name in fails else "PASS", noise=self.noise, task=task.name,
-                                  candidate=str(candidate_path)))
+            speed = speeds.get(name, speeds.get("default", 1.0))
+            ev = evaluation(shape, speed, verdict="FAIL" if name in fails else "PASS", noise=self.noise,
+                            task=task.name, candidate=str(candidate_path))
+            bar = (race or {}).get(name)
+            if ev.verdict == "PASS" and bar and speed < bar:  # as the judge races: one trial, then stop
+                ev.verdict, ev.timing.raced = "RACED", f"raced out after 1 trial: at best {speed}x, below {bar:.3g}x"
+                ev.reason, ev.timing.trials = f"timing: {ev.timing.raced}", 1
+            out.append(ev)
+        self.races.append(dict(race or {}))
         return out
 
 

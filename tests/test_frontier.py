@@ -174,6 +174,49 @@ def test_admission_flow_in_a_repo_keeps_best_families_and_prunes_the_dominated(f
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"
 
 
+def _race_loop(fr, task, evaluator):
+    from kdatui.engine.events import EventBus
+    from kdatui.engine.loop import Budget, RunControl, RunLoop
+
+    run = fr.start_run(task).id
+    return RunLoop(fr, evaluator, agent=None, bus=EventBus(fr.store, run=lambda: run), task=task, run_id=run,
+                   budget=Budget(), control=RunControl()), run
+
+
+def _proposed(fr, run, task, family, name, speeds, parent=None):
+    return fr.propose(run, task, family=family, name=name, idea=f"{family} {name}", parent=parent, reason="try",
+                      files={"kernel.py": kernel_source(speeds, note=name),
+                             "IDEA.md": f"# {family}-{name}\n\nfamily: {family}\n"})
+
+
+def test_a_candidate_far_below_its_family_member_is_raced_out_and_never_admitted(fr, repo):
+    """Racing: the loop hands the evaluator a bar on the primary shape (the family member's
+    speedup less the task's margin); a candidate under it is stopped after one trial, recorded
+    RACED with its partial figure, its attempt `raced`, and never considered for admission."""
+    task = make_task()
+    ev = FakeEvaluator()
+    loop, run = _race_loop(fr, task, ev)
+    loop.evaluate_attempt(_proposed(fr, run, task, "split", "bv64", {"p": 2.0, "q": 1.5}).id)
+    assert ev.races[-1] == {}  # the first of a family has nothing to race against
+    slow = _proposed(fr, run, task, "split", "bv16", {"p": 0.5, "q": 3.0}, parent="split-bv64")
+    loop.evaluate_attempt(slow.id)
+    bar = ev.races[-1]["p"]
+    assert bar == pytest.approx(2.0 * (1 - task.bench.race))
+    att = fr.attempt(slow.id)
+    assert att.status == "failed" and att.verdict == "raced" and "p: RACED" in att.reason
+    [p_eval] = [e for e in fr.store.evaluations(slow.id, task.name) if e.shape == "p"]
+    assert p_eval.verdict == "RACED" and p_eval.data["timing"]["raced"].startswith("raced out after 1 trial")
+    assert {m.name for m in fr.members(task.name)} == {"split-bv64"}  # fastest on q, but never admitted
+    decided = [e.get("attempt") for e in fr.store.events(run) if e["kind"] == "admission-decision"]
+    assert decided and slow.id not in decided
+    # inside the margin: timed in full and considered as usual; another family is not raced
+    close = _proposed(fr, run, task, "split", "bv32", {"p": 1.9, "q": 1.6}, parent="split-bv64")
+    loop.evaluate_attempt(close.id)
+    assert fr.attempt(close.id).verdict == "passed"
+    loop.evaluate_attempt(_proposed(fr, run, task, "fused", "c16", {"p": 0.3, "q": 0.3}).id)
+    assert ev.races[-1] == {} and "fused-c16" in {m.name for m in fr.members(task.name)}
+
+
 def test_git_log_and_show_carry_source_checks_and_per_shape_timings(fr, repo):
     task = make_task()
     run = fr.start_run(task).id

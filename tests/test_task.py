@@ -184,6 +184,8 @@ MALFORMED = [
      ["bench", "3", "a table"]),
     ("bad-op", lambda s: 'op = "kda_backward"\n' + s,
      ["op", "kda_backward", "kda_forward"]),
+    ("race-out-of-range", lambda s: s + "\n[bench]\nrace = 1.0\n",
+     ["bench.race", "1.0", "fraction"]),
 ]
 
 

@@ -243,6 +243,18 @@ def test_timing_records_fresh_inputs_the_audit_and_the_host_cost(honest, task):
     assert t.flags == [] and t.suspect == ""
 
 
+def test_a_timing_below_the_racing_bar_stops_after_one_trial_and_says_so(evaluator, task, honest):
+    """The bar is the least speedup that could be admitted (the loop sets it from the family's
+    member): the honest candidate under a bar 50x its speedup runs one trial of three; under a
+    bar 50x below, all three."""
+    p = task.primary_shape
+    [ev] = evaluator.evaluate(task, str(HONEST), [p], race={p: honest.speedup * 50})
+    assert ev.verdict == "RACED" and ev.reason.startswith("timing: raced out after 1 trial")
+    assert ev.timing.trials == 1 and "2 trials not run" in ev.timing.raced and ev.post_timing == "PASS"
+    [full] = evaluator.evaluate(task, str(HONEST), [p], race={p: honest.speedup / 50})
+    assert full.verdict == "PASS" and full.timing.trials == task.bench.trials and full.timing.raced == ""
+
+
 # --------------------------------------------------------------------------- through the CLI and a run
 
 def _cli(*args, env=None, cwd=ROOT):

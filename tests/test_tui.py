@@ -49,6 +49,7 @@ def test_cells_read_without_colour_and_failures_name_their_verdict():
     assert cell_text(cell("b1_t8192_h96", 1.01)).plain.startswith("≈1.01x")  # inside the 2% noise
     assert cell_text(cell("b1_t8192_h96", None, "FAIL")).plain == "✗ FAIL"
     assert cell_text(cell("b1_t8192_h96", None, "ERROR")).plain == "✗ ERROR"
+    assert cell_text(cell("b1_t8192_h96", 0.31, "RACED")).plain == "◌0.31x raced"  # its partial figure
     assert cell_text(None, status="evaluating").plain == "…"
     assert cell_text(None).plain == "·"
 

@@ -10,7 +10,7 @@ from kdatui.engine.timing import noise_of
 
 from ... import format as fmt
 
-VERDICT_STYLE = {"PASS": "green", "FAIL": "bold red", "FLAKY": "bold yellow", "SUSPECT": "bold magenta", "ERROR": "bold magenta"}
+VERDICT_STYLE = {"PASS": "green", "RACED": "dim", "FAIL": "bold red", "FLAKY": "bold yellow", "SUSPECT": "bold magenta", "ERROR": "bold magenta"}
 
 
 def verdict_text(v: str | None) -> Text:

@@ -83,7 +83,8 @@ def _clip(s: str, width: int = LABEL_WIDTH) -> str:
 def cell_text(cell: dict | None, status: str = "", base_ms: float | None = None, mode: str = NORMALIZED) -> Text:
     """`▲1.34x 2.45ms` better than the baseline, `▼0.81x 4.02ms` worse, `≈1.01x` within
     the timing's noise, `!` after it when the judge flagged the timing; `✗ FAIL` / `✗ ERROR` /
-    `✗ FLAKY` / `✗ SUSPECT` for a failed shape; `…` while
+    `✗ FLAKY` / `✗ SUSPECT` for a failed shape, `◌0.31x` for one raced out of timing (its
+    partial figure: it could not be admitted); `…` while
     the shape is being evaluated, `·` when it has not been. The ms is `base_ms / speedup`
     (normalized to the baseline row) when the row's baseline is given, else measured;
     `measured` mode shows `candidate/its baseline` ms (`2.45/3.28`)."""
@@ -92,6 +93,8 @@ def cell_text(cell: dict | None, status: str = "", base_ms: float | None = None,
             return Text("…", style=fmt.STYLE["pending"])
         return Text("·", style=fmt.STYLE["pending"])
     verdict = (cell.get("verdict") or "").upper()
+    if verdict == "RACED" and cell.get("speedup") is not None:
+        return Text(f"◌{cell['speedup']:.2f}x raced", style=fmt.STYLE["pending"])
     if verdict and verdict != "PASS":
         style = {"ERROR": fmt.STYLE["error"], "SUSPECT": fmt.STYLE["error"], "FLAKY": fmt.STYLE["flaky"]}.get(verdict, fmt.STYLE["failed"])
         return Text(f"{fmt.FAILED} {verdict}", style=style)
