@@ -169,7 +169,9 @@ def _fmt_status(st: dict) -> str:
         f"run       {st['run']}  (task {st['task']}, {st['phase']}, agent {st['agent']}, pid {st['pid']})",
         f"state     {st['state']}" + (f": {st['why']}" if st.get("why") else ""),
         f"elapsed   {st['elapsed_s'] / 60:.1f} min of budget {budget}",
-        f"attempts  {att['total']} ({att['evaluated']} evaluated, {att['admitted']} admitted); "
+        f"attempts  {att['total']} ({att['evaluated']} evaluated, {att['admitted']} admitted"
+        + (f", {att['raced']} raced out" if att.get("raced") else "")
+        + (f"; {att['per_hour']:.1f} an hour" if att.get("per_hour") else "") + f"); "
         f"{st['members']} frontier members",
         "best      " + (f"{best['name']} {best['speedup']:.2f}x on {best['shape']}" if best else "none yet"),
         f"device    {st['device']}",

@@ -238,6 +238,8 @@ class Engine:
                 if e.shape == primary and e.verdict == "PASS" and e.speedup and (best is None or e.speedup > best["speedup"]):
                     best = {"name": m.name, "speedup": e.speedup, "shape": primary, "ms": e.candidate_ms}
         atts = self.fr.store.attempts(run=loop.run_id)
+        evaluated = sum(a.verdict is not None and a.status != "evaluating" for a in atts)
+        elapsed = loop.clock.elapsed()
         from .archive import next_cleanup
 
         try:
@@ -247,11 +249,13 @@ class Engine:
         return {
             "run": loop.run_id, "task": loop.task.name, "task_path": str(loop.task.path or ""),
             "state": self.control.state, "why": self.control.why, "phase": loop.phase,
-            "agent": self.agent_spec, "started": loop.started, "elapsed_s": loop.clock.elapsed(),
+            "agent": self.agent_spec, "started": loop.started, "elapsed_s": elapsed,
             "budget": loop.budget.describe(), "idle_stop_s": self.idle_stop_s or None,
-            "attempts": {"total": len(atts),
-                         "evaluated": sum(a.verdict is not None and a.status != "evaluating" for a in atts),
-                         "admitted": sum(a.status == "admitted" for a in atts)},
+            "attempts": {"total": len(atts), "evaluated": evaluated,
+                         "admitted": sum(a.status == "admitted" for a in atts),
+                         "raced": sum(a.verdict == "raced" for a in atts),
+                         # evaluated attempts per hour of the run's own time (paused time not counted)
+                         "per_hour": evaluated / (elapsed / 3600.0) if elapsed > 60 else None},
             "members": len(members), "best": best, "next_cleanup_s": cleanup_in,
             "device": self._device(), "current": loop.current, "pid": os.getpid(),
             "notes_pending": len(self.control.notes), "run_state": run.state if run else None,
@@ -426,6 +430,7 @@ class Engine:
                 "reason": att.reason, "verdict": att.verdict, **extra,
                 "checks": [e.data["checks"] for e in evs if e.data.get("checks")],
                 "timings": {e.shape: e.data.get("timing") for e in evs},
+                "seconds": {e.shape: e.data.get("seconds") for e in evs if e.data.get("seconds")},
                 "cells": {e.shape: cell_of(e) for e in evs}, "diff": diff, "kernel": kernel or ""}
 
     def cmd_subscribe(self, backlog: int = 500) -> dict:  # handled by the server (it owns the stream)

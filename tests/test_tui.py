@@ -75,6 +75,26 @@ def test_header_ticks_elapsed_and_cleanup_only_while_running():
     assert "engine gone" in header_lines(st, lost="the engine closed the connection")[0].plain
 
 
+def test_the_header_counts_raced_out_attempts_and_the_rate_when_the_engine_gives_them():
+    st = demo_state()["status"]
+    plain = header_lines(st)[2].plain
+    assert "raced" not in plain and "/h" not in plain
+    st = {**st, "attempts": {**st["attempts"], "raced": 3, "per_hour": 41.6}}
+    assert "raced 3  42/h  members" in header_lines(st)[2].plain
+
+
+def test_a_candidates_timing_rows_say_it_was_raced_out_and_where_the_time_went():
+    from kdatui.tui.widgets.candidate.details import trial_rows
+
+    side = {"median_ms": 3.0, "spread": 0.01, "trial_ms": [3.0]}
+    timing = {"candidate": side, "baseline": {**side, "median_ms": 1.0}, "speedup": 0.33, "trials": 1,
+              "repeats": 2, "timer": "perf_counter", "raced": "raced out after 1 trial: at best 0.333x, below 1.2x"}
+    seconds = {"checks": 0.62, "timing": 0.31, "timing.warmup": 0.04, "timing.batches": 0.27, "total": 0.95}
+    rows = {r[1]: r for r in trial_rows({"p": timing}, {"p": seconds})}
+    assert rows["RACED"][4].startswith("raced out after 1 trial")
+    assert rows["time"][4] == "checks 0.62s · timing 0.31s (warmup 0.04, batches 0.27) · 0.95s in all"
+
+
 def test_the_header_says_when_candidates_are_not_sandboxed():
     st = demo_state()["status"]
     assert "not sandboxed" not in header_lines(st)[0].plain

@@ -89,7 +89,7 @@ class CandidateScreen(Screen):
         trials = self.query_one("#cand-trials", DataTable)
         trials.clear(columns=True)
         trials.add_columns("shape", "side", "median", "spread", "trials")
-        for row in trial_rows(detail.get("timings") or {}):
+        for row in trial_rows(detail.get("timings") or {}, detail.get("seconds")):
             trials.add_row(*row)
 
         diff = detail.get("diff") or ""

@@ -87,8 +87,12 @@ def header_lines(status: dict | None, *, since_fetch: float = 0.0, lost: str | N
     limit = budget.get("attempts")
     total = f"{att.get('total', 0)}" + (f"/{limit}" if limit else "")
     parts = [("attempts ", "dim"), total, ("  evaluated ", "dim"), str(att.get("evaluated", 0)),
-             ("  admitted ", "dim"), str(att.get("admitted", 0)), ("  members ", "dim"), str(st.get("members", 0)),
-             sep, ("now ", "dim")]
+             ("  admitted ", "dim"), str(att.get("admitted", 0))]
+    if att.get("raced"):
+        parts += [("  raced ", "dim"), str(att["raced"])]
+    if att.get("per_hour"):
+        parts += [("  ", "dim"), f"{att['per_hour']:.0f}", ("/h", "dim")]
+    parts += [("  members ", "dim"), str(st.get("members", 0)), sep, ("now ", "dim")]
     cur = st.get("current")
     if progress is not None and running:
         step = f"{progress.get('i')}/{progress.get('n')} " if progress.get("n") else ""

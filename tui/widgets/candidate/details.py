@@ -43,13 +43,31 @@ def check_rows(checks: list[dict]) -> list[tuple]:
     return rows
 
 
-def trial_rows(timings: dict[str, dict]) -> list[tuple]:
+def time_spent(seconds: dict | None) -> str:
+    """Where an evaluation's time went, from its record's `seconds`: `checks 0.62s · timing
+    0.98s (warmup 0.04, fill 0.16, batches 0.54, audit 0.25) · 1.79s in all`."""
+    if not seconds:
+        return ""
+    parts = [f"checks {seconds.get('checks', 0.0):.2f}s"]
+    if seconds.get("timing"):
+        inner = ", ".join(f"{k.split('.', 1)[1]} {v:.2f}" for k, v in seconds.items() if k.startswith("timing."))
+        parts.append(f"timing {seconds['timing']:.2f}s" + (f" ({inner})" if inner else ""))
+    parts.append(f"{seconds.get('total', 0.0):.2f}s in all")
+    return " · ".join(parts)
+
+
+def trial_rows(timings: dict[str, dict], seconds: dict[str, dict] | None = None) -> list[tuple]:
     """Per shape: the candidate's and the baseline's median, spread and every trial's time,
-    then the speedup (noise: the spread of the per-trial paired ratios)."""
+    then the speedup (noise: the spread of the per-trial paired ratios), why timing stopped
+    early if it was raced out, and where the evaluation's time went (`seconds`, per shape)."""
     rows = []
+    seconds = seconds or {}
     for shape, t in (timings or {}).items():
+        spent = time_spent(seconds.get(shape))
         if not t:
             rows.append((shape, "-", "-", "-", "not timed"))
+            if spent:
+                rows.append((shape, "time", "", "", spent))
             continue
         for side in ("candidate", "baseline"):
             s = t.get(side) or {}
@@ -68,6 +86,10 @@ def trial_rows(timings: dict[str, dict]) -> list[tuple]:
             rows.append((shape, "SUSPECT", Text("✗", style="bold magenta"), "", t["suspect"]))
         for flag in t.get("flags") or []:
             rows.append((shape, "flag", Text("!", style="bold yellow"), "", flag))
+        if t.get("raced"):
+            rows.append((shape, "RACED", Text("◌", style="dim"), "", t["raced"]))
+        if spent:
+            rows.append((shape, "time", "", "", spent))
     return rows
 
 
