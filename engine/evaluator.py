@@ -394,6 +394,7 @@ class _Job:
     timing: bool = True
     hung: list | None = None  # shared by the jobs of one call: the first shape that hung
     race_below: float | None = None  # the least speedup worth timing to the end (None: time it all)
+    raced: list | None = None  # shared by the jobs of one raced call: the shape raced out first
 
 
 class LocalEvaluator(Evaluator):
@@ -453,8 +454,11 @@ class LocalEvaluator(Evaluator):
             raise EvaluatorError("this evaluator is closed")
         hung: list = []
         race = race or {}
-        jobs = [replace(self._job(task, candidate_path, s), timing=timing, hung=hung, race_below=race.get(s.name))
-                for s in self._shapes(task, shapes)]
+        raced: list | None = [] if race else None
+        jobs = [replace(self._job(task, candidate_path, s), timing=timing, hung=hung, race_below=race.get(s.name),
+                        raced=raced) for s in self._shapes(task, shapes)]
+        # raced shapes first: once one is raced out, the shapes not yet started are checked, not timed
+        jobs.sort(key=lambda j: j.race_below is None)
         emit = _safe(progress)
         if len(jobs) == 1 or len(self.slots) == 1:
             return [self._run(job, emit) for job in jobs]
@@ -523,6 +527,10 @@ class LocalEvaluator(Evaluator):
         def forward(msg: dict) -> None:
             emit({**msg, **tag})
 
+        raced_on = job.raced[0] if job.raced else None
+        if raced_on and job.timing:  # the candidate cannot be admitted: its checks still count, a timing would not
+            job = replace(job, timing=False)
+
         t0 = time.monotonic()
         try:
             ev = self._exchange(slot, job, forward)
@@ -540,6 +548,10 @@ class LocalEvaluator(Evaluator):
             raise
         if ev.verdict == "ERROR" and ev.reason.startswith("timed out") and job.hung is not None and not job.hung:
             job.hung.append(f"{job.shape.name} ({ev.reason})")
+        if ev.verdict == "RACED" and job.raced is not None and not job.raced:
+            job.raced.append(job.shape.name)
+        if raced_on and ev.verdict == "PASS":
+            ev.verdict, ev.reason = "RACED", f"not timed: raced out on {raced_on}"
         ev.candidate = job.candidate
         if ev.checks is not None:
             ev.checks.candidate = job.candidate

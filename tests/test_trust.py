@@ -253,6 +253,12 @@ def test_a_timing_below_the_racing_bar_stops_after_one_trial_and_says_so(evaluat
     assert ev.timing.trials == 1 and "2 trials not run" in ev.timing.raced and ev.post_timing == "PASS"
     [full] = evaluator.evaluate(task, str(HONEST), [p], race={p: honest.speedup / 50})
     assert full.verdict == "PASS" and full.timing.trials == task.bench.trials and full.timing.raced == ""
+    # every shape of the call: the raced one goes first, the others are then checked, not timed
+    other = next(s for s in task.shapes if s != p)
+    evs = {e.shape: e for e in evaluator.evaluate(task, str(HONEST), [other, p], race={p: honest.speedup * 50})}
+    assert evs[p].verdict == "RACED" and evs[p].timing.trials == 1
+    assert evs[other].verdict == "RACED" and evs[other].timing is None and evs[other].checks.passed
+    assert evs[other].reason == f"not timed: raced out on {p}"
 
 
 # --------------------------------------------------------------------------- through the CLI and a run
