@@ -96,6 +96,9 @@ class Search:
     cleanup_every_hours: float = 12.0
     max_members_per_family: int = 3
     seeds: list[str] = field(default_factory=lambda: ["fused", "split"])
+    # a seed family's first attempt with these tunables over its default (e.g. a detuned start
+    # for bench/search_efficiency.py): {"split": {"prep_warps": 4, "num_stages": 2}}
+    seed_configs: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -278,7 +281,14 @@ def _task_from_dict(data: dict, where: str) -> Task:
         "max_members_per_family": (int, lambda v: v >= 1, "a positive integer"),
         "seeds": (list, lambda v: all(isinstance(s, str) and s for s in v),
                   "a list of family names or candidate paths"),
+        "seed_configs": (dict, lambda v: all(isinstance(c, dict) and all(
+            isinstance(x, (str, int, float, bool)) for x in c.values()) for c in v.values()),
+            "a table of family = {tunable = value, ...}"),
     })
+    unseeded = [f for f in search.seed_configs if f not in search.seeds]
+    if unseeded:
+        raise TaskError(f"{where}: search.seed_configs.{unseeded[0]}: {unseeded[0]!r} is not one of search.seeds "
+                        f"({', '.join(search.seeds)})")
     return Task(name=name, op=op, description=description, generalized_from=generalized_from, shapes=shapes, primary_shape=primary,
                 contract=contract, bench=bench, search=search)
 

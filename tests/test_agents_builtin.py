@@ -131,6 +131,20 @@ def test_plans_are_deterministic_given_the_rng(cpu_task):
     assert a != c
 
 
+def test_a_task_can_start_a_family_from_a_detuned_seed(cpu_task):
+    """`search.seed_configs`: the family's first attempt is the task's configuration over its
+    default (bench/search_efficiency.py starts from one); a bad tunable names the key."""
+    task = replace(cpu_task, search=replace(cpu_task.search, seeds=["split"],
+                                            seed_configs={"split": {"prep_warps": 4, "num_stages": 2}}))
+    [first] = Simulation(task, tuned_speed).run(1)
+    assert first.config == {**default_config("split"), "prep_warps": 4, "num_stages": 2}
+    assert first.name == config_name("split", first.config) and first.parent is None
+    assert first.idea.endswith("(seed)") and "prep_warps" in first.idea
+    bad = replace(task, search=replace(task.search, seed_configs={"split": {"prep_warp": 4}}))
+    with pytest.raises(ValueError, match=r"search\.seed_configs\.split: split: unknown tunable 'prep_warp'"):
+        Simulation(bad, tuned_speed).run(1)
+
+
 def test_an_unknown_seed_family_is_a_clear_error(cpu_task):
     task = replace(cpu_task, search=replace(cpu_task.search, seeds=["fused", "splt"]))
     with pytest.raises(ValueError, match="'splt' is not a kernel family"):

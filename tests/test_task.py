@@ -112,6 +112,11 @@ def test_non_default_settings_survive_the_round_trip(tmp_path, cpu_task):
     assert back.contract.probes == ["boundary", "random"]
     assert back.shapes["extra"].dims() == dict(B=1, T=17, H=2, K=16, V=32)
     assert tomllib.loads((tmp_path / "edited.toml").read_text())["contract"]["input_dependence"] is False
+    t = replace(t, bench=replace(t.bench, race=0.0),
+                search=replace(t.search, seeds=["split"], seed_configs={"split": {"prep_warps": 4, "INV": "subst"}}))
+    back = load_task(t.save(tmp_path / "seeded.toml"))
+    assert back == t and back.search.seed_configs == {"split": {"prep_warps": 4, "INV": "subst"}}
+    assert back.bench.race == 0.0
 
 
 def test_with_shapes_refuses_to_reuse_a_name_for_other_dims(cpu_task):
@@ -186,6 +191,11 @@ MALFORMED = [
      ["op", "kda_backward", "kda_forward"]),
     ("race-out-of-range", lambda s: s + "\n[bench]\nrace = 1.0\n",
      ["bench.race", "1.0", "fraction"]),
+    ("seed-config-of-an-unseeded-family", lambda s: s + '\n[search]\nseeds = ["split"]\n'
+                                                      '[search.seed_configs.fused]\nGROUP = 1\n',
+     ["search.seed_configs.fused", "not one of search.seeds", "split"]),
+    ("seed-config-not-a-table", lambda s: s + '\n[search]\nseeds = ["split"]\nseed_configs = {split = 4}\n',
+     ["search.seed_configs", "family = {tunable = value"]),
 ]
 
 

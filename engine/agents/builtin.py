@@ -433,15 +433,30 @@ class BuiltinAgent(Agent):
         fams = self.families(ctx)
         know = learn(ctx, fams, self._planned)
         for f in fams:
-            default = default_config(f)
-            if know.stats[f].rendered == 0 and _key(f, default) not in know.seen:
-                return self._commit(Plan(family=f, name=f"{f}-default", parent=None, config=default,
-                                         idea=f"{f}: the family's measured default configuration (seed)"))
+            seed, name, idea = self._seed(ctx, f)
+            if know.stats[f].rendered == 0 and _key(f, seed) not in know.seen:
+                return self._commit(Plan(family=f, name=name, parent=None, config=seed, idea=idea))
         for f in self._rank(ctx.rng, fams, know):
             plan = self._plan_family(ctx, f, know)
             if plan is not None:
                 return self._commit(plan)
         return None
+
+    @staticmethod
+    def _seed(ctx: AgentContext, f: str) -> tuple[dict, str, str]:
+        """A family's first attempt: its default, or the task's `search.seed_configs` over it."""
+        default = default_config(f)
+        over = (ctx.task.search.seed_configs or {}).get(f) or {}
+        if not over:
+            return default, f"{f}-default", f"{f}: the family's measured default configuration (seed)"
+        try:
+            render(f, over)  # a tunable or value outside PARAMS is an error here
+        except ValueError as e:
+            where = ctx.task.path or f"task {ctx.task.name}"
+            raise ValueError(f"{where}: search.seed_configs.{f}: {e}") from None
+        config = {**default, **over}
+        changes = ", ".join(f"{k} {a}->{b}" for k, a, b in diff(default, config))
+        return config, config_name(f, config), f"{f}: the task's seed configuration ({changes}) (seed)"
 
     def _commit(self, plan: Plan) -> Plan:
         self._planned.add(_key(plan.family, plan.config))
