@@ -139,7 +139,8 @@ FAMILY_NOTES = {
     ("wide", "num_stages"): "(wide: the sequential stage's loads; inert in the interpreter)",
     ("wide", "prep_warps"): "(wide: the parallel stage, the family's bound; inert in the interpreter)",
     ("wide", "INV_DOT"): "(wide: tf32x3 was 2.2x slower on the H200; bf16x3 7% faster, but the fp64_correlated "
-                         "probe failed at one shape; the interpreter runs ieee and tf32x3 in fp32)",
+                         "probe failed at one shape; bf16x6 as accurate as ieee in the interpreter, not yet "
+                         "timed; the interpreter runs ieee and tf32x3 in fp32)",
     ("wide", "prep_maxnreg"): "(wide: 128 fits four parallel-stage programs an SM, measured fastest; 96 spills; "
                               "inert in the interpreter)",
     ("wide", "WALK_TMA"): "(wide: with num_stages 3 the sequential stage went 0.46 -> 0.35 ms on the H200; "
@@ -212,6 +213,8 @@ def _why_change(family: str, key: str, old, new) -> str:
         ("INV_DOT", "ieee"): "for ieee fp32 doubling products: slower, the most accurate inverse",
         ("INV_DOT", "bf16x3"): "for bf16x3 doubling products on the tensor cores: fewer shared-memory round trips "
                                "than fp32 on the FMA units, about 16 bits of mantissa",
+        ("INV_DOT", "bf16x6"): "for bf16x6 doubling products on the tensor cores: three bf16 pieces and six products, "
+                               "fp32's accuracy without the FMA units' shared-memory round trips",
         ("WALK_TMA", True): "for the sequential stage's tiles by TMA descriptors: asynchronous copies pipelined "
                             "without the threads' address work",
         ("WALK_TMA", False): "for the sequential stage's tiles by pointer loads (cp.async)",
