@@ -75,9 +75,11 @@ def one(evaluator, task, candidate):
 
 def no_better_than(ev, honest) -> None:
     """No speedup above the honest version's beyond the noise of either (generous on the CPU,
-    where the interpreter's timings are noisy: the attacks these catch gain 5-22x)."""
+    where the interpreter's timings are noisy: the attacks these catch gain 5-22x). The honest
+    candidate is the torch baseline's own algorithm, so its true speedup is 1: a run that drew
+    it below 1 (0.73 or less once, on 2 busy cores) does not tighten the bound under an honest figure."""
     if ev.timing is not None:
-        limit = honest.speedup * (1 + max(honest.timing.noise, ev.timing.noise, 0.5))
+        limit = max(honest.speedup, 1.0) * (1 + max(honest.timing.noise, ev.timing.noise, 0.5))
         assert ev.speedup <= limit, (ev.speedup, limit, ev.reason)
 
 
