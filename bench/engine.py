@@ -31,7 +31,7 @@ class InstantEvaluator:
     def __init__(self, seed: int = 0):
         self.rng = random.Random(seed)
 
-    def evaluate(self, task, candidate, shapes=None, *, progress=None):
+    def evaluate(self, task, candidate, shapes=None, *, progress=None, timing=True, race=None):
         from kdatui.engine.records import Evaluation
         from kdatui.engine.timing import PairedTiming, SideTiming
 

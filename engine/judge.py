@@ -35,8 +35,8 @@ from .checks import HARNESS_VERSION, CandidateFault, _judge, reference_outputs, 
 from .executor import Executor, ExecutorFault, ExecutorPool, read_candidate
 from .probes import ProbeInputs, Tolerance, tolerance_for
 from .records import Evaluation
-from .timing import (TIMER_CPU, TIMER_GPU, WALL_SLACK_MS, WALL_SLACK_MS_CPU, batch_overhead, bound_by_wall, bytes_moved, race_out,
-                     floor_check, summarize)
+from .timing import (TIMER_CPU, TIMER_GPU, WALL_SLACK_MS, WALL_SLACK_MS_CPU, batch_overhead, bound_by_wall, bytes_moved,
+                     floor_check, paired_ratios, race_out, summarize)
 
 HERE = Path(__file__).resolve().parent
 FLA_BASELINE = HERE / "baseline_fla.py"
@@ -442,8 +442,7 @@ def time_pair(base: CandidateSession, cand: CandidateSession, task, shape, devic
         per_trial["cand"].append(statistics.median(calls["cand"]))
         if failed:
             break  # the figures so far stay in the record; a wrong kernel is not timed further
-        ratios = [bm / cm for bm, cm in zip(per_trial["base"], per_trial["cand"]) if cm > 0]
-        raced = race_out(ratios, race_below, b.trials - trial - 1)
+        raced = race_out(paired_ratios(per_trial["base"], per_trial["cand"]), race_below, b.trials - trial - 1)
         if raced:
             break
     if progress:

@@ -364,9 +364,8 @@ class RunLoop:
         self.fr.start_evaluation(att.id)
         progress = self._progress(att.id)
         race = self.race_bar(att.family)
-        with self.eval_lock:  # (an evaluator without racing is never handed a bar)
-            evaluations = self.evaluator.evaluate(self.task, cdir, None, progress=progress,
-                                                  **({"race": race} if race else {}))
+        with self.eval_lock:
+            evaluations = self.evaluator.evaluate(self.task, cdir, None, progress=progress, race=race)
         att = self.fr.record_evaluations(att.id, self.task, evaluations)  # emits attempt-evaluated
         if att.status == "passed":
             self.fr.consider(self.task, att.id)  # emits admission-decision (and admitted, pruned)
@@ -376,8 +375,11 @@ class RunLoop:
         """The racing bar of a new attempt of `family` ({} when there is none): on the primary
         shape, the fastest member of its family less the task's `race` margin (or twice that
         member's noise, if more). A candidate whose best trial stays below it is stopped after
-        that trial, recorded RACED and never admitted; its other shapes are timed in full."""
+        that trial, recorded RACED and never admitted; its shapes not started by then are
+        checked, not timed (LocalEvaluator)."""
         margin = self.task.bench.race
+        if not margin:
+            return {}
         p = self.task.primary_shape
         bar = 0.0
         for m in self.fr.members(self.task.name):
@@ -386,7 +388,7 @@ class RunLoop:
             c = self.fr.contender(m)
             if c.speed(p) > 0:
                 bar = max(bar, c.speed(p) * (1.0 - max(margin, 2.0 * c.noise(p))))
-        return {p: bar} if margin and bar > 0 else {}
+        return {p: bar} if bar > 0 else {}
 
     def _progress(self, attempt_id: int | None):
         """Forward the evaluator's progress (check i of n, trial j of m) as events, at most

@@ -109,7 +109,7 @@ def summarize(base_ms: list[float], cand_ms: list[float], *, repeats: int, timer
               host: tuple[float | None, float | None] = (None, None), **extra) -> PairedTiming:
     """Per-trial figures of both sides -> the paired record."""
     b, c = _side(base_ms, host[0]), _side(cand_ms, host[1])
-    ratios = [tb / tc if tc > 0 else 0.0 for tb, tc in zip(base_ms, cand_ms)]
+    ratios = paired_ratios(base_ms, cand_ms)
     speedup = statistics.median(ratios)  # the paired estimate: each trial's two sides saw one chip state
     spread = (max(ratios) - min(ratios)) / speedup if speedup > 0 else 0.0
     return PairedTiming(baseline=b, candidate=c, speedup=speedup, trials=len(base_ms), repeats=repeats,
@@ -257,6 +257,11 @@ def paired_timing(baseline: Callable[[Any], Any], candidate: Callable[[Any], Any
         progress(trials, trials, "timed")
     return summarize(per_trial["baseline"], per_trial["candidate"], repeats=repeats, timer=timer.name,
                      flush_l2=timer.flush_l2, host=host, sets_per_batch=repeats)
+
+
+def paired_ratios(base_ms: list[float], cand_ms: list[float]) -> list[float]:
+    """Each trial's baseline / candidate (0 where the candidate read 0)."""
+    return [tb / tc if tc > 0 else 0.0 for tb, tc in zip(base_ms, cand_ms)]
 
 
 def race_out(trial_speedups: list[float], bar: float | None, trials_left: int) -> str:
